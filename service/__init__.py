@@ -1,0 +1,1 @@
+"""specwatch control plane: settings, database, webhooks, API, analysis, alerts, CLI (no torch)."""

@@ -1,0 +1,201 @@
+"""The ``specwatch`` command line.
+
+``specwatch check`` runs the distribution-preservation suite in a subprocess (``python -m
+workers.suite run --events``: the same JSON protocol the workers read), shows a progress bar per
+case and a results table. The control plane never imports torch; the suite runs with one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+app = typer.Typer(help="specwatch: continuous monitoring of speculative-decoding losslessness.", no_args_is_help=True)
+console = Console(stderr=True)
+# Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 180)
+
+
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+@app.callback()
+def _root() -> None:
+    """specwatch command line."""
+
+
+def suite_command(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "workers.suite", *args]
+
+
+def suite_environment() -> dict[str, str]:
+    """The suite's environment: one thread per process (tiny tensors slow down under contention)."""
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _fmt_e(result: dict[str, Any]) -> str:
+    log_e = result.get("log_e_value")
+    threshold = float(result["threshold"])
+    value = "certain" if log_e is None else f"{math.exp(min(log_e, 690.0)):.3g}"
+    return f"{value} / {threshold:.3g}"
+
+
+def _fmt_verdict(result: dict[str, Any]) -> str:
+    verdict = result["verdict"]
+    if verdict == "fail":
+        layers = [name for name in ("lossless", "conformance") if result.get(name) == "fail"]
+        return f"[bold red]FAIL[/] ({', '.join(layers)})"
+    if verdict == "pass":
+        return "[green]pass[/]" if result.get("powered", True) else "[yellow]pass (underpowered)[/]"
+    return f"[magenta]{verdict.upper()}[/]"
+
+
+def _fmt_tv(result: dict[str, Any]) -> str:
+    tv, ci = result.get("tv_estimate"), result.get("tv_ci")
+    if tv is None:
+        return "-"
+    return f"{tv:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{tv:.3f}"
+
+
+def _fmt_acceptance(result: dict[str, Any]) -> str:
+    acc = result.get("acceptance") or {}
+    observed, expected = acc.get("observed"), acc.get("expected")
+    if observed is None:
+        return "-"
+    return f"{observed:.3f} / {expected:.3f}" if expected is not None else f"{observed:.3f}"
+
+
+def results_table(results: list[dict[str, Any]]) -> Table:
+    table = Table(title="specwatch check", show_lines=False)
+    for name, justify in (
+        ("case", "left"),
+        ("verdict", "left"),
+        ("trials", "right"),
+        ("e-value / threshold", "right"),
+        ("TV estimate [99% CI]", "right"),
+        ("acceptance obs / exp", "right"),
+        ("time", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in results:
+        table.add_row(
+            r["case_id"],
+            _fmt_verdict(r),
+            f"{r['n_trials']:,}",
+            _fmt_e(r),
+            _fmt_tv(r),
+            _fmt_acceptance(r),
+            f"{r['duration_s']:.2f}s",
+        )
+    return table
+
+
+def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, str]:
+    """Run the suite, render progress; returns (exit code, case results, error message, stderr)."""
+    results: list[dict[str, Any]] = []
+    error: str | None = None
+    tasks: dict[str, TaskID] = {}
+    with (
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=suite_environment()) as proc,  # noqa: S603
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bars,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = event.get("event")
+            if kind == "progress":
+                case_id = event["case_id"]
+                if case_id not in tasks:
+                    tasks[case_id] = bars.add_task(case_id, total=event["cap"], status="")
+                log_e = event["log_e"]
+                evidence = "certain" if log_e is None else f"log E {log_e:.1f}/{event['log_threshold']:.1f}"
+                bars.update(tasks[case_id], completed=event["trials"], total=event["cap"], status=evidence)
+            elif kind == "case":
+                result = event["result"]
+                results.append(result)
+                task = tasks.get(result["case_id"])
+                if task is None:
+                    task = tasks[result["case_id"]] = bars.add_task(result["case_id"], total=1, status="")
+                bars.update(task, total=max(result["n_trials"], 1), completed=max(result["n_trials"], 1), status=_fmt_verdict(result))
+            elif kind == "error":
+                error = event["message"]
+        stderr = proc.stderr.read() if proc.stderr is not None else ""
+        code = proc.wait()
+    return code, results, error, stderr
+
+
+@app.command()
+def check(
+    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function")] = "reference",
+    cases: Annotated[list[str] | None, typer.Option(help="case id glob; repeat for several")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="test every case at TV >= 0.1: fewer trials")] = False,
+    alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run")] = 1e-4,
+    epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)")] = None,
+    seed: Annotated[int, typer.Option(help="run seed; case seeds derive from (seed, case, attempt)")] = 0,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write the full run result here")] = None,
+    device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
+    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
+) -> None:
+    """Test a speculative sampler for losslessness against exact reference laws.
+
+    Exit status: 0 all cases pass, 1 a violation, 2 a usage or target error.
+    """
+    args = ["run", "--events", "--target", target, "--alpha", repr(alpha), "--seed", str(seed), "--device", device.value]
+    for pattern in cases or []:
+        args += ["--cases", pattern]
+    if quick:
+        args.append("--quick")
+    if epsilon is not None:
+        args += ["--epsilon", repr(epsilon)]
+    if json_file is not None:
+        args += ["--json", str(json_file)]
+    if fail_fast:
+        args.append("--fail-fast")
+    code, results, error, stderr = _stream(suite_command(args))
+    if results:
+        out.print(results_table(results))
+    if code == EXIT_USAGE or code not in (EXIT_PASS, EXIT_VIOLATION):
+        message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
+        errored = [r for r in results if r["verdict"] == "error"]
+        if errored and not error:
+            message = f"{errored[0]['case_id']}: {errored[0]['reason'].splitlines()[0]}"
+        console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}")
+        raise typer.Exit(EXIT_USAGE)
+    failed = sum(r["verdict"] == "fail" for r in results)
+    if code == EXIT_VIOLATION:
+        console.print(f"[bold red]{failed} of {len(results)} case(s) failed[/]")
+    else:
+        console.print(f"[green]all {len(results)} case(s) passed[/]")
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""specwatch workers: Celery tasks and the distribution-preservation suite."""

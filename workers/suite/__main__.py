@@ -1,0 +1,146 @@
+"""``python -m workers.suite``: run the suite and print JSON (the protocol workers and the CLI read).
+
+Exit status: 0 every case passed, 1 a violation (some case failed), 2 a usage or target error
+(including a case that crashed in the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers.suite.cases import CASES, select
+from workers.suite.mutants import MUTANTS
+from workers.suite.results import CaseResult, Verdict
+from workers.suite.runner import Progress, SuiteConfig, run_suite
+from workers.suite.targets import TargetError, resolve
+
+EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}, allow_nan=False), flush=True)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.suite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run cases against a target")
+    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function")
+    run.add_argument("--cases", action="append", default=[], metavar="GLOB", help="case id glob (repeatable)")
+    run.add_argument("--quick", action="store_true", help="test every case at TV >= 0.1 (fewer trials)")
+    run.add_argument("--alpha", type=_positive_float, default=1e-4, help="family-wise false-alarm rate of the run")
+    run.add_argument("--beta", type=_positive_float, default=1e-3, help="miss rate at the design TV distance")
+    run.add_argument("--epsilon", type=_positive_float, default=None, help="TV distance to detect (overrides cases)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--attempt", type=int, default=0)
+    run.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
+    run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
+    run.add_argument("--fail-fast", action="store_true", help="stop after the first failing case")
+    run.add_argument("--json", type=Path, default=None, help="also write the run result to this file")
+    run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
+    lister = sub.add_parser("list", help="list cases as JSON")
+    lister.add_argument("--cases", action="append", default=[], metavar="GLOB")
+    sub.add_parser("mutants", help="list the mutant catalogue as JSON")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> SuiteConfig:
+    if not args.alpha < 1 or not args.beta < 1:
+        raise UsageError("--alpha and --beta must be in (0, 1)")
+    if args.max_trials < 1:
+        raise UsageError("--max-trials must be >= 1")
+    device = torch.device(args.device) if args.device.split(":")[0] in ("cpu", "cuda") else None
+    if device is None:
+        raise UsageError(f"unknown device {args.device!r}; use cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine")
+    return SuiteConfig(
+        alpha=args.alpha,
+        beta=args.beta,
+        epsilon=args.epsilon,
+        quick=args.quick,
+        seed=args.seed,
+        attempt=args.attempt,
+        device=args.device,
+        max_trials=args.max_trials,
+        time_budget_s=args.time_budget,
+        fail_fast=args.fail_fast,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    target = resolve(args.target)
+    cases = select(args.cases)
+    if not cases:
+        raise UsageError(f"no case matches {' '.join(args.cases)!r}; see `python -m workers.suite list`")
+    torch.set_num_threads(1)
+    if args.events:
+        _emit("start", target=target.spec, cases=[c.id for c in cases])
+
+    def progress(p: Progress) -> None:
+        fields = asdict(p)
+        fields["log_e"] = p.log_e if math.isfinite(p.log_e) else None  # None: refuted with certainty
+        _emit("progress", **fields)
+
+    def on_result(r: CaseResult) -> None:
+        _emit("case", result=r.to_dict())
+
+    result = run_suite(
+        cases,
+        target.sampler,
+        config,
+        target=target.spec,
+        progress=progress if args.events else None,
+        on_result=on_result if args.events else None,
+    )
+    payload = result.to_dict()
+    if args.json is not None:
+        args.json.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    if args.events:
+        _emit("run", result=payload)
+    else:
+        print(json.dumps(payload, indent=2, allow_nan=False))
+    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_VIOLATION}.get(result.verdict, EXIT_USAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            print(json.dumps([{"id": c.id, "family": c.family, "epsilon": c.epsilon, "description": c.description} for c in select(args.cases)], indent=2))
+            return EXIT_PASS
+        if args.command == "mutants":
+            print(json.dumps([{"name": m.name, "lossless": m.lossless, "description": m.description} for m in MUTANTS.values()], indent=2))
+            return EXIT_PASS
+        return _run(args)
+    except (UsageError, TargetError, OSError) as exc:
+        message = str(exc)
+        if getattr(args, "events", False):
+            _emit("error", message=message)
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Experiments: what a case runs per batch of trials and which exact laws its observations follow.
+
+An experiment declares its checks (an exact null law over cells, the probability that a trial
+contributes an observation, and the layer it belongs to) and turns a batch of trials into counts per
+check plus any certain violations (an observation no correct sampler can produce).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from workers.suite.sampling import Sampler, SpecOutput, SpecStep
+
+
+class Layer(enum.StrEnum):
+    """LOSSLESS: emitted tokens follow the target law (what users need). CONFORMANCE: the exact
+    Leviathan/Chen acceptance behaviour (a lossless change that lowers acceptance is slower)."""
+
+    LOSSLESS = "lossless"
+    CONFORMANCE = "conformance"
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    layer: Layer
+    null: NDArray[np.float64]
+    reach: float
+
+    @property
+    def support(self) -> int:
+        return int((self.null > 0).sum())
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An observation impossible under the reference law: refutes it with certainty."""
+
+    layer: Layer
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    counts: dict[str, NDArray[np.int64]]
+    violations: tuple[Violation, ...]
+    accepted_total: int
+    sample: bytes
+
+
+class Experiment(Protocol):
+    @property
+    def checks(self) -> Sequence[CheckSpec]: ...
+
+    @property
+    def expected_acceptance(self) -> float | None: ...
+
+    def run(self, n: int, generator: torch.Generator) -> Observation: ...
+
+
+def _bincount(values: torch.Tensor, size: int) -> NDArray[np.int64]:
+    return torch.bincount(values, minlength=size).cpu().numpy().astype(np.int64)
+
+
+class ChainExperiment:
+    """Trials of one context-free chain step through a sampler under test.
+
+    Checks: ``lossless/pos{t}`` (token at t given t emitted ~ p_t), ``conformance/pos{t}`` ((accepted?,
+    token) at draft position t given reached ~ [m_t, (p_t - q_t)_+]) and ``conformance/K`` (K law).
+    Certain violations found here: malformed output, ids out of range, an emitted prefix that differs
+    from the drafts, drafts outside the support of q (the runner adds observations in null-probability
+    cells of any check, e.g. an emitted token with p_t = 0).
+    """
+
+    def __init__(self, step: SpecStep, sampler: Sampler) -> None:
+        self.step = step
+        self.sampler = sampler
+        law = step.law
+        self._law = law
+        gamma = step.gamma
+        checks = [CheckSpec(f"lossless/pos{t + 1}", Layer.LOSSLESS, law.emitted(t), float(law.reach[t])) for t in range(gamma + 1)]
+        checks += [CheckSpec(f"conformance/pos{t + 1}", Layer.CONFORMANCE, law.position_joint(t), float(law.reach[t])) for t in range(gamma)]
+        checks.append(CheckSpec("conformance/K", Layer.CONFORMANCE, law.k_law, 1.0))
+        self._checks = tuple(c for c in checks if c.reach > 0)
+        self._draft_support = step.draft_probs > 0
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return self._checks
+
+    @property
+    def expected_acceptance(self) -> float:
+        return self._law.expected_accepted
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        out = self.sampler(self.step, n, generator)
+        violations = self._structural_violations(out, n)
+        if violations:
+            return Observation({}, violations, 0, b"")
+        return self._observe(out)
+
+    def _structural_violations(self, out: SpecOutput, n: int) -> tuple[Violation, ...]:
+        gamma, vocab = self.step.gamma, self.step.vocab_size
+        shapes = {"drafts": (n, gamma), "tokens": (n, gamma + 1), "n_accepted": (n,)}
+        for name, shape in shapes.items():
+            tensor = getattr(out, name)
+            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
+                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                return (Violation(Layer.LOSSLESS, f"output {name} has shape {got}, expected {shape}"),)
+            if tensor.dtype.is_floating_point or tensor.dtype == torch.bool:
+                return (Violation(Layer.LOSSLESS, f"output {name} must hold integer ids, got {tensor.dtype}"),)
+        k = out.n_accepted.long()
+        if bool(((k < 0) | (k > gamma)).any()):
+            return (Violation(Layer.LOSSLESS, f"n_accepted outside [0, {gamma}]"),)
+        drafts, tokens = out.drafts.long(), out.tokens.long()
+        cols = torch.arange(gamma + 1, device=tokens.device)
+        emitted = cols <= k[:, None]
+        found: list[Violation] = []
+        if bool(((tokens < 0) | (tokens >= vocab))[emitted].any()):
+            found.append(Violation(Layer.LOSSLESS, f"an emitted token id is outside [0, {vocab})"))
+        elif bool((tokens[~emitted] != -1).any()):
+            found.append(Violation(Layer.LOSSLESS, "tokens after the emitted ones are not -1 padding"))
+        elif bool((((tokens[:, :gamma] != drafts) & (cols[:gamma] < k[:, None]))).any()):
+            found.append(Violation(Layer.LOSSLESS, "an accepted token differs from the draft it accepts"))
+        if bool(((drafts < 0) | (drafts >= vocab)).any()):
+            found.append(Violation(Layer.CONFORMANCE, f"a draft id is outside [0, {vocab})"))
+        return tuple(found)
+
+    def _observe(self, out: SpecOutput) -> Observation:
+        gamma, vocab = self.step.gamma, self.step.vocab_size
+        k = out.n_accepted.long()
+        drafts, tokens = out.drafts.long(), out.tokens.long()
+        violations: list[Violation] = []
+        counts: dict[str, NDArray[np.int64]] = {}
+        for t in range(gamma + 1):
+            counts[f"lossless/pos{t + 1}"] = _bincount(tokens[k >= t, t], vocab)
+        for t in range(gamma):
+            bad = ~self._draft_support[t][drafts[:, t]]
+            if bool(bad.any()):
+                token = int(drafts[:, t][bad][0])
+                violations.append(Violation(Layer.CONFORMANCE, f"draft {token} at position {t + 1} has draft probability 0"))
+            reached = k >= t
+            cell = tokens[reached, t] + vocab * (k[reached] == t).long()
+            counts[f"conformance/pos{t + 1}"] = _bincount(cell, 2 * vocab)
+        counts["conformance/K"] = _bincount(k, gamma + 1)
+        sample = tokens[: min(len(tokens), 256)].cpu().numpy().astype(np.int64).tobytes()
+        return Observation(counts, tuple(violations), int(k.sum()), sample)

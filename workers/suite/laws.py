@@ -1,0 +1,149 @@
+"""Exact reference laws of speculative sampling.
+
+All functions are pure, work in float64 numpy and never mutate their inputs. Notation follows
+Leviathan et al. 2023 / Chen et al. 2023 and shared/notes/statistics.md §5: a chain step drafts
+gamma tokens, target rows p_1..p_{gamma+1} and draft rows q_1..q_gamma, m_i = min(p_i, q_i),
+beta_i = sum(m_i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+def _as_rows(x: NDArray[np.floating] | Sequence[Sequence[float]], name: str) -> FloatArray:
+    rows = np.array(x, dtype=np.float64, copy=True)
+    if rows.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (positions, vocab), got shape {rows.shape}")
+    if np.any(rows < 0) or not np.all(np.isfinite(rows)):
+        raise ValueError(f"{name} must be finite and non-negative")
+    sums = rows.sum(axis=1)
+    if not np.allclose(sums, 1.0, atol=1e-9):
+        raise ValueError(f"{name} rows must sum to 1, got {sums}")
+    rows.setflags(write=False)
+    return rows
+
+
+@dataclass(frozen=True)
+class ChainLaw:
+    """Exact law of one chain speculative step with context-free rows.
+
+    ``p`` has shape (gamma + 1, V) (the last row is the bonus position), ``q`` has shape (gamma, V).
+    Hypothesis it encodes: the Leviathan/Chen sampler. Guarantee: every emitted position t has
+    law p_t given that it was emitted (losslessness), with P(K = k) = prod_{i<=k} beta_i (1 -
+    beta_{k+1}). Reference: Leviathan, Kalman & Matias 2023, Theorem 1; statistics.md §5.1.
+    """
+
+    p: FloatArray
+    q: FloatArray
+
+    def __post_init__(self) -> None:
+        p = _as_rows(self.p, "p")
+        q = _as_rows(self.q, "q")
+        if p.shape[0] != q.shape[0] + 1 or p.shape[1] != q.shape[1]:
+            raise ValueError(f"p must be (gamma+1, V) and q (gamma, V); got {p.shape} and {q.shape}")
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "q", q)
+
+    @property
+    def gamma(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.p.shape[1])
+
+    @cached_property
+    def accept_mass(self) -> FloatArray:
+        """m_i(y) = min(p_i(y), q_i(y)): P(draft i = y and accepted | position i reached)."""
+        return np.minimum(self.p[: self.gamma], self.q)
+
+    @cached_property
+    def beta(self) -> FloatArray:
+        """Acceptance probability of each draft position given it is reached.
+
+        Exactly 1 where p_i <= q_i everywhere (no excess mass), so p == q gives a certain K law.
+        """
+        beta = np.clip(self.accept_mass.sum(axis=1), 0.0, 1.0)
+        return np.where(self.excess.sum(axis=1) == 0.0, 1.0, beta)
+
+    @cached_property
+    def excess(self) -> FloatArray:
+        """(p_i - q_i)_+: P(position i rejected and resampled as y | position i reached)."""
+        return np.maximum(self.p[: self.gamma] - self.q, 0.0)
+
+    @cached_property
+    def reach(self) -> FloatArray:
+        """P(position t is emitted) for t = 1..gamma+1: prod_{i<t} beta_i."""
+        return np.concatenate(([1.0], np.cumprod(self.beta)))
+
+    @cached_property
+    def k_law(self) -> FloatArray:
+        """P(K = k) for k = 0..gamma, K the number of accepted drafts."""
+        stop = np.concatenate((1.0 - self.beta, [1.0]))
+        law = self.reach * stop
+        return law / law.sum()
+
+    @cached_property
+    def expected_accepted(self) -> float:
+        """E[K] = sum_{k=1}^{gamma} prod_{i<=k} beta_i."""
+        return float(self.reach[1:].sum())
+
+    def emitted(self, t: int) -> FloatArray:
+        """Law of the token at position t (0-based) given that it was emitted: p_t."""
+        return self.p[t]
+
+    def residual(self, t: int) -> FloatArray | None:
+        """Law of the resampled token at draft position t given rejection there (None if beta_t = 1)."""
+        mass = self.excess[t].sum()
+        return None if mass <= 0.0 else self.excess[t] / mass
+
+    def accepted(self, t: int) -> FloatArray | None:
+        """Law of an accepted draft at position t (None if beta_t = 0)."""
+        return None if self.beta[t] <= 0.0 else self.accept_mass[t] / self.beta[t]
+
+    def position_joint(self, t: int) -> FloatArray:
+        """Law of (accepted?, token) at draft position t given it is reached, over 2V cells.
+
+        Cell y: the draft y was accepted; cell V + y: the draft was rejected and y resampled.
+        Its two halves sum to p_t, so it refines losslessness with the acceptance behaviour.
+        """
+        return np.concatenate((self.accept_mass[t], self.excess[t]))
+
+
+NextTokenOracle = Callable[[tuple[int, ...]], NDArray[np.floating]]
+
+
+def sequence_law(next_token: NextTokenOracle, length: int, vocab_size: int) -> FloatArray:
+    """Exact law of the first ``length`` generated tokens, flattened in base-V order.
+
+    ``next_token(prefix)`` returns the target's next-token distribution after the library's
+    processing, given the generated prefix (the prompt is part of the oracle). The law is
+    prod_t p(y_t | y_<t) over all V**length sequences; index = sum_t y_t * V**(length-1-t).
+    Reference: the chain rule; statistics.md §5.1 (test whole sequences, not pooled positions).
+    """
+    if length < 1:
+        raise ValueError("length must be at least 1")
+    if vocab_size**length > 50_000_000:
+        raise ValueError(f"V**L = {vocab_size}**{length} cells is too many for an exact sequence law")
+    law = np.ones(1, dtype=np.float64)
+    prefixes: list[tuple[int, ...]] = [()]
+    for _ in range(length):
+        rows = np.zeros((len(prefixes), vocab_size), dtype=np.float64)
+        for i, prefix in enumerate(prefixes):
+            if law[i] == 0.0:
+                continue  # unreachable prefix: its continuations have probability 0
+            row = np.asarray(next_token(prefix), dtype=np.float64)
+            if row.shape != (vocab_size,):
+                raise ValueError(f"oracle returned shape {row.shape}, expected ({vocab_size},)")
+            rows[i] = row
+        law = (law[:, None] * rows).reshape(-1)
+        prefixes = [prefix + (y,) for prefix in prefixes for y in range(vocab_size)]
+    return law

@@ -1,0 +1,397 @@
+"""Runs cases: batches of trials until a check rejects or the planned cap, then a frozen result."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import scipy
+import torch
+
+from workers.suite import CATALOGUE_VERSION, SUITE_VERSION
+from workers.suite.cases import Case
+from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.results import (
+    Acceptance,
+    CaseResult,
+    CheckResult,
+    RunResult,
+    Verdict,
+    capped_e,
+    finite_or_none,
+    run_verdict,
+)
+from workers.suite.sampling import Sampler
+from workers.suite.stats import (
+    SEQUENTIAL_INFLATION,
+    detectable_epsilon,
+    log_e_dirichlet_mixture,
+    plan_test,
+    rejection_threshold,
+    support_violations,
+    tv_interval,
+    weighted_chi2_pvalue,
+)
+
+#: Every case is tested at this TV distance under ``--quick``.
+QUICK_EPSILON = 0.1
+#: Checks of positions reached less often than this run but do not set the trial cap.
+MIN_DESIGN_REACH = 1e-3
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """How a run is tested. ``alpha`` is the family-wise false-alarm budget of the whole run."""
+
+    alpha: float = 1e-4
+    beta: float = 1e-3
+    epsilon: float | None = None
+    quick: bool = False
+    seed: int = 0
+    attempt: int = 0
+    device: str = "cpu"
+    max_trials: int = 1 << 21
+    first_batch: int = 1024
+    max_batch: int = 1 << 16
+    time_budget_s: float | None = None
+    fail_fast: bool = False
+
+    def epsilon_for(self, case: Case) -> float:
+        if self.epsilon is not None:
+            return self.epsilon
+        return max(case.epsilon, QUICK_EPSILON) if self.quick else case.epsilon
+
+
+@dataclass(frozen=True)
+class Progress:
+    case_id: str
+    index: int
+    total: int
+    trials: int
+    cap: int
+    log_e: float
+    log_threshold: float
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
+    """A 63-bit seed from (run seed, case, attempt): every result is reproducible from its record."""
+    digest = hashlib.blake2b(f"{run_seed}:{case_id}:{attempt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+
+
+def device_name(device: str) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(dev)}"
+    return f"cpu:{platform.machine()}"
+
+
+def environment() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "platform": platform.platform(),
+    }
+
+
+@dataclass
+class _CaseState:
+    checks: Sequence[CheckSpec]
+    log_threshold: float
+    counts: dict[str, np.ndarray] = field(default_factory=dict)
+    log_e: dict[str, float] = field(default_factory=dict)
+    max_log_e: dict[str, float] = field(default_factory=dict)
+    rejected_at: dict[str, int] = field(default_factory=dict)
+    violations: dict[Layer, Violation] = field(default_factory=dict)
+    malformed: bool = False
+    trials: int = 0
+    accepted_total: int = 0
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
+        self.log_e = {c.name: 0.0 for c in self.checks}
+        self.max_log_e = dict(self.log_e)
+
+    def add(self, obs: Observation, n: int) -> None:
+        """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
+        self.trials += n
+        self.accepted_total += obs.accepted_total
+        for violation in obs.violations:
+            self.violations.setdefault(violation.layer, violation)
+        if obs.violations and not obs.counts:
+            self.malformed = True
+            return
+        if not self.fingerprint and obs.sample:
+            self.fingerprint = hashlib.sha256(obs.sample).hexdigest()[:16]
+        for check in self.checks:
+            if check.name not in obs.counts:
+                continue
+            counts = self.counts[check.name]
+            counts += obs.counts[check.name]
+            bad = support_violations(counts, check.null)
+            if bad:
+                cell = int(np.flatnonzero((counts > 0) & (check.null <= 0))[0])
+                message = f"{check.name}: {bad} observation(s) in cells of null probability 0 (first: cell {cell})"
+                self.violations.setdefault(check.layer, Violation(check.layer, message))
+                self.log_e[check.name] = math.inf
+            else:
+                self.log_e[check.name] = log_e_dirichlet_mixture(counts, check.null)
+            self.max_log_e[check.name] = max(self.max_log_e[check.name], self.log_e[check.name])
+            if self.max_log_e[check.name] >= self.log_threshold:
+                self.rejected_at.setdefault(check.name, self.trials)
+
+    def failed(self, layer: Layer) -> bool:
+        return layer in self.violations or any(c.layer == layer and c.name in self.rejected_at for c in self.checks)
+
+    def done(self) -> bool:
+        """A lossless failure ends the case; a conformance failure alone keeps testing losslessness."""
+        return self.malformed or self.failed(Layer.LOSSLESS)
+
+
+def run_case(
+    case: Case,
+    experiment: Experiment,
+    config: SuiteConfig,
+    tests_in_run: int,
+    *,
+    index: int = 0,
+    total: int = 1,
+    progress: ProgressCallback | None = None,
+) -> CaseResult:
+    """Sequentially test one case until a lossless check rejects, a certain violation, or the cap.
+
+    Each check's e-process is compared with m / alpha (m = ``tests_in_run``) after every batch;
+    monitoring at batch ends keeps Ville's guarantee, so the run's family-wise false-alarm rate is at
+    most alpha. The cap gives every check power 1 - beta at the case's TV distance, unless it exceeds
+    ``config.max_trials`` (then ``design_epsilon`` says what the trials run can detect). Checks of
+    positions reached with probability below ``MIN_DESIGN_REACH`` still run but do not set the cap.
+    """
+    started = time.perf_counter()
+    seed = derive_seed(config.seed, case.id, config.attempt)
+    generator = torch.Generator(device=config.device).manual_seed(seed)
+    epsilon = config.epsilon_for(case)
+    threshold = rejection_threshold(config.alpha, tests_in_run)
+    designed = [c for c in experiment.checks if c.reach >= MIN_DESIGN_REACH]
+    wanted = max((plan_test(c.support, c.reach, epsilon, 1.0 / threshold, config.beta).trials() for c in designed), default=0.0)
+    cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+    state = _CaseState(experiment.checks, math.log(threshold))
+    batch = config.first_batch
+    timed_out = False
+    while state.trials < cap and not state.done():
+        n = min(batch, cap - state.trials)
+        state.add(experiment.run(n, generator), n)
+        if progress is not None:
+            best = max(state.max_log_e.values(), default=0.0)
+            progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
+        if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
+            timed_out = state.trials < cap and not state.done()
+            break
+        batch = min(2 * batch, config.max_batch)
+    elapsed = time.perf_counter() - started
+    return _case_result(case, experiment, config, state, cap, threshold, seed, epsilon, timed_out, elapsed)
+
+
+def _case_result(
+    case: Case,
+    experiment: Experiment,
+    config: SuiteConfig,
+    state: _CaseState,
+    cap: int,
+    threshold: float,
+    seed: int,
+    epsilon: float,
+    timed_out: bool,
+    duration: float,
+) -> CaseResult:
+    alpha_test = 1.0 / threshold  # alpha / m
+    checks: list[CheckResult] = []
+    for check in experiment.checks:
+        counts = state.counts[check.name]
+        log_e = state.max_log_e[check.name]
+        tv_hat, lo, hi = tv_interval(counts, check.null)
+        if check.reach > 0 and state.trials > 0:
+            design_eps = detectable_epsilon(check.support, state.trials * check.reach / SEQUENTIAL_INFLATION, alpha_test, config.beta)
+        else:
+            design_eps = math.inf
+        checks.append(
+            CheckResult(
+                name=check.name,
+                layer=check.layer.value,
+                observations=int(counts.sum()),
+                log_e_value=finite_or_none(log_e),
+                e_value=capped_e(log_e),
+                rejected=check.name in state.rejected_at,
+                support_violations=support_violations(counts, check.null),
+                tv_estimate=tv_hat,
+                tv_ci=(lo, hi),
+                design_epsilon=finite_or_none(design_eps),
+            )
+        )
+    lossless = Verdict.FAIL if state.failed(Layer.LOSSLESS) else Verdict.PASS
+    conformance = Verdict.FAIL if state.failed(Layer.CONFORMANCE) else Verdict.PASS
+    verdict = Verdict.FAIL if Verdict.FAIL in (lossless, conformance) else Verdict.PASS
+    decisive = _decisive(checks, lossless)
+    designed = {c.name for c in experiment.checks if c.reach >= MIN_DESIGN_REACH}
+    powered = verdict == Verdict.FAIL or (
+        not timed_out
+        and all(c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in checks if c.name in designed)
+    )
+    p_value = None
+    if decisive is not None and state.trials > 0:
+        spec = next(c for c in experiment.checks if c.name == decisive.name)
+        draws = int(min(999, max(99, 20_000_000 // max(len(spec.null), 1))))
+        p_value = weighted_chi2_pvalue(state.counts[spec.name], spec.null, np.random.default_rng(seed), draws=draws)
+    digest = hashlib.sha256()
+    for name in sorted(state.counts):
+        digest.update(name.encode())
+        digest.update(state.counts[name].tobytes())
+    return CaseResult(
+        case_id=case.id,
+        family=case.family,
+        description=case.description,
+        verdict=verdict,
+        reason=_reason(state, decisive, checks, threshold, epsilon, powered, designed),
+        lossless=lossless,
+        conformance=conformance,
+        n_trials=state.trials,
+        trial_cap=cap,
+        powered=powered,
+        e_value=decisive.e_value if decisive else 1.0,
+        log_e_value=decisive.log_e_value if decisive else 0.0,
+        p_value=p_value,
+        threshold=threshold,
+        tv_estimate=decisive.tv_estimate if decisive else None,
+        tv_ci=decisive.tv_ci if decisive else None,
+        acceptance=Acceptance(
+            observed=state.accepted_total / state.trials if state.trials else None,
+            expected=experiment.expected_acceptance,
+        ),
+        counts_digest=digest.hexdigest()[:16],
+        fingerprint=state.fingerprint,
+        duration_s=round(duration, 4),
+        seed=seed,
+        attempt=config.attempt,
+        device=device_name(config.device),
+        checks=tuple(checks),
+    )
+
+
+def _decisive(checks: Sequence[CheckResult], lossless: Verdict) -> CheckResult | None:
+    """The check to headline: the strongest evidence, from the lossless layer when it failed."""
+    pool = [c for c in checks if c.layer == Layer.LOSSLESS.value] if lossless == Verdict.FAIL else list(checks)
+    return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
+
+
+def _reason(
+    state: _CaseState,
+    decisive: CheckResult | None,
+    checks: Sequence[CheckResult],
+    threshold: float,
+    epsilon: float,
+    powered: bool,
+    designed: set[str],
+) -> str:
+    for layer in (Layer.LOSSLESS, Layer.CONFORMANCE):
+        if layer in state.violations:
+            return f"certain {layer.value} violation: {state.violations[layer].message}"
+        rejected = [c for c in checks if c.layer == layer.value and c.rejected]
+        if rejected:
+            first = min(rejected, key=lambda c: state.rejected_at[c.name])
+            return (
+                f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
+                f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
+            )
+    if not powered:
+        worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed), default=math.inf)
+        return (
+            f"no check reached the threshold in {state.trials} trials; underpowered: these trials detect "
+            f"TV >= {worst:.3g} at the designed power, not {epsilon:g}"
+        )
+    return f"no check reached the threshold in {state.trials} trials (designed to detect TV >= {epsilon:g})"
+
+
+def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:
+    tail = "".join(traceback.format_exception(exc))[-2000:]
+    return CaseResult(
+        case_id=case.id,
+        family=case.family,
+        description=case.description,
+        verdict=Verdict.ERROR,
+        reason=f"{type(exc).__name__}: {exc}\n{tail}",
+        lossless=Verdict.ERROR,
+        conformance=Verdict.ERROR,
+        n_trials=0,
+        trial_cap=0,
+        powered=False,
+        e_value=1.0,
+        log_e_value=0.0,
+        p_value=None,
+        threshold=rejection_threshold(config.alpha, tests_in_run),
+        tv_estimate=None,
+        tv_ci=None,
+        acceptance=Acceptance(observed=None, expected=None),
+        counts_digest="",
+        fingerprint="",
+        duration_s=round(duration, 4),
+        seed=derive_seed(config.seed, case.id, config.attempt),
+        attempt=config.attempt,
+        device=device_name(config.device),
+    )
+
+
+def run_suite(
+    cases: Sequence[Case],
+    sampler: Sampler,
+    config: SuiteConfig,
+    *,
+    target: str = "reference",
+    progress: ProgressCallback | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> RunResult:
+    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni)."""
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    device = torch.device(config.device)
+    experiments = [case.build(sampler, device) for case in cases]
+    tests = sum(len(e.checks) for e in experiments)
+    results: list[CaseResult] = []
+    for index, (case, experiment) in enumerate(zip(cases, experiments, strict=True)):
+        case_started = time.perf_counter()
+        try:
+            result = run_case(case, experiment, config, tests, index=index, total=len(cases), progress=progress)
+        except Exception as exc:  # noqa: BLE001 - a crashing target is recorded as an error result
+            result = error_result(case, config, tests, exc, time.perf_counter() - case_started)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        if config.fail_fast and result.verdict == Verdict.FAIL:
+            break
+    frozen = tuple(results)
+    return RunResult(
+        suite_version=SUITE_VERSION,
+        catalogue_version=CATALOGUE_VERSION,
+        target=target,
+        verdict=run_verdict(frozen),
+        alpha=config.alpha,
+        beta=config.beta,
+        tests=tests,
+        seed=config.seed,
+        device=device_name(config.device),
+        environment=environment(),
+        started_at=started_at,
+        duration_s=round(time.perf_counter() - started, 3),
+        results=frozen,
+    )

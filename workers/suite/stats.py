@@ -1,0 +1,180 @@
+"""Statistics of the suite: support check, e-process, sample-size planner, cross-checks.
+
+Pure functions over numpy arrays; randomness comes in as a ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize, special, stats
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: Concentrations of the Dirichlet(kappa * p0) mixture: 2^0 .. 2^26 (statistics.md §3.2, E3).
+KAPPA_GRID: FloatArray = 2.0 ** np.arange(0, 27, dtype=np.float64)
+
+
+def support_violations(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> int:
+    """Observations in cells the null gives probability 0: any one refutes H0 with certainty."""
+    return int(np.asarray(counts)[np.asarray(p0) <= 0].sum())
+
+
+def log_e_dirichlet_mixture(
+    counts: NDArray[np.integer], p0: NDArray[np.floating], kappas: FloatArray = KAPPA_GRID
+) -> float:
+    """Log of the Dirichlet(kappa * p0)-mixture likelihood-ratio e-process after ``counts``.
+
+    H0: the observations are i.i.d. from p0. For each kappa the Dirichlet-multinomial predictive
+    against p0 is a test martingale; their average over ``kappas`` is too, so under H0
+    P(sup_n E_n >= 1/a) <= a for every a (Ville 1939): valid under continuous monitoring, any V, any
+    expected counts. Cells with p0 = 0 are excluded (check them with ``support_violations``).
+    References: statistics.md §3.2 (E3); Robbins mixture martingales; Ramdas et al. 2023.
+    """
+    counts_arr = np.asarray(counts, dtype=np.float64)
+    p = np.asarray(p0, dtype=np.float64)
+    keep = (counts_arr > 0) & (p > 0)
+    n = float(counts_arr[keep].sum())
+    if n == 0.0:
+        return 0.0
+    n_i, p_i = counts_arr[keep], p[keep]
+    kp = kappas[:, None] * p_i[None, :]
+    # Cells with no observations contribute lgamma(kp) - lgamma(kp) = 0, so only observed cells
+    # are summed: O(#observed cells) per kappa, whatever V is.
+    per_kappa = (
+        special.gammaln(kappas)
+        - special.gammaln(n + kappas)
+        + (special.gammaln(n_i[None, :] + kp) - special.gammaln(kp)).sum(axis=1)
+        - float(np.dot(n_i, np.log(p_i)))
+    )
+    return float(special.logsumexp(per_kappa) - math.log(len(kappas)))
+
+
+def rejection_threshold(alpha: float, tests: int) -> float:
+    """e-Bonferroni: reject test i when E_i >= m / alpha; family-wise error <= alpha (Vovk & Wang 2021)."""
+    if not 0 < alpha < 1 or tests < 1:
+        raise ValueError("alpha must be in (0, 1) and tests >= 1")
+    return tests / alpha
+
+
+def pearson_noncentrality(support: int, alpha: float, beta: float) -> float:
+    """Noncentrality lambda with P(chi'^2_k(lambda) > chi^2_{k,1-alpha}) = 1 - beta, k = support - 1."""
+    k = max(support - 1, 1)
+    critical = float(stats.chi2.isf(alpha, k))
+
+    def miss(lam: float) -> float:
+        return float(stats.ncx2.cdf(critical, k, lam)) - beta
+
+    hi = 1.0
+    while miss(hi) > 0:
+        hi *= 2.0
+    return float(optimize.brentq(miss, 1e-9, hi, xtol=1e-6))
+
+
+def pearson_sample_size(support: int, epsilon: float, alpha: float, beta: float) -> int:
+    """Fixed-n Pearson chi^2 sample size for power 1 - beta at TV distance epsilon, level alpha.
+
+    Least-favourable alternative (chi^2 divergence 4 epsilon^2, statistics.md §2.4(a)); the
+    noncentral chi^2 law is evaluated exactly, not by its normal approximation.
+    """
+    return math.ceil(pearson_noncentrality(support, alpha, beta) / (4.0 * epsilon**2))
+
+
+def detectable_epsilon(support: int, n: float, alpha: float, beta: float) -> float:
+    """Smallest TV distance the fixed-n Pearson design detects with n observations (inverse of the above)."""
+    if n <= 0:
+        return math.inf
+    return math.sqrt(pearson_noncentrality(support, alpha, beta) / (4.0 * n))
+
+
+#: The sequential e-process is capped at this multiple of the fixed-n design (statistics.md §3.2:
+#: zero misses in 3000 runs at 1.5x; ``bench/suite_power.py`` and the planner test re-measure it).
+SEQUENTIAL_INFLATION = 1.5
+
+
+@dataclass(frozen=True)
+class CheckDesign:
+    """Planned observations for one test: ``needed`` observations at its position, given ``reach``."""
+
+    support: int
+    reach: float
+    needed: int
+
+    def trials(self) -> float:
+        return math.inf if self.reach <= 0 else self.needed / self.reach
+
+
+def plan_test(support: int, reach: float, epsilon: float, alpha: float, beta: float) -> CheckDesign:
+    """Observations a test needs so the sequential e-process has power 1 - beta at TV epsilon.
+
+    ``alpha`` is the test's own level (the run's alpha split by Bonferroni). Trials to run are
+    ``needed / reach``: a test of position t sees only the trials that reach t.
+    """
+    needed = math.ceil(SEQUENTIAL_INFLATION * pearson_sample_size(support, epsilon, alpha, beta))
+    return CheckDesign(support=support, reach=reach, needed=needed)
+
+
+def tv_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:
+    return 0.5 * float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).sum())
+
+
+def tv_interval(counts: NDArray[np.integer], p0: NDArray[np.floating], confidence: float = 0.99) -> tuple[float, float, float]:
+    """Plug-in TV(P_hat, p0) and a conservative confidence interval for TV(P, p0).
+
+    With K = |supp(p0)|: E TV(P_hat, P) <= sqrt(K / n) / 2 (Cauchy-Schwarz) and TV(P_hat, P)
+    concentrates within sqrt(ln(2/delta) / 2n) (McDiarmid), so TV(P, p0) lies within
+    tv_hat -/+ their sum with probability >= confidence when P is supported on supp(p0).
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    n = float(c.sum())
+    if n == 0:
+        return 0.0, 0.0, 1.0
+    tv_hat = tv_distance(c / n, p0)
+    k = int((np.asarray(p0) > 0).sum())
+    half_width = 0.5 * math.sqrt(k / n) + math.sqrt(math.log(2.0 / (1.0 - confidence)) / (2.0 * n))
+    return tv_hat, max(0.0, tv_hat - half_width), min(1.0, tv_hat + half_width)
+
+
+def weighted_chi2(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> FloatArray:
+    """Valiant-Valiant-type unbiased weighted statistic sum ((N_i - n p_i)^2 - N_i) / p_i^(2/3).
+
+    Vectorised over leading axes of ``counts``; cells with p0 = 0 are excluded.
+    """
+    keep = np.asarray(p0) > 0
+    p = np.asarray(p0, dtype=np.float64)[keep]
+    c = np.asarray(counts, dtype=np.float64)[..., keep]
+    n = c.sum(axis=-1, keepdims=True)
+    result: FloatArray = (((c - n * p) ** 2 - c) / p ** (2.0 / 3.0)).sum(axis=-1)
+    return result
+
+
+def weighted_chi2_pvalue(
+    counts: NDArray[np.integer], p0: NDArray[np.floating], rng: np.random.Generator, draws: int = 999
+) -> float:
+    """Monte-Carlo-calibrated p-value of the weighted chi^2 statistic (a fixed-n cross-check).
+
+    p = (1 + #{T_b >= T}) / (B + 1) with T_b simulated exactly under H0 (multinomial(n, p0)):
+    valid for every B (Barnard 1963; Besag & Clifford 1989). No asymptotic critical values.
+    """
+    c = np.asarray(counts, dtype=np.int64)
+    n = int(c.sum())
+    if n == 0:
+        return 1.0
+    p = np.asarray(p0, dtype=np.float64)
+    observed = float(weighted_chi2(c, p))
+    null = weighted_chi2(rng.multinomial(n, p / p.sum(), size=draws), p)
+    return float((1 + np.count_nonzero(null >= observed)) / (draws + 1))
+
+
+def pearson_statistic(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> FloatArray:
+    """Pearson's X^2 over cells with p0 > 0, vectorised over leading axes."""
+    keep = np.asarray(p0) > 0
+    p = np.asarray(p0, dtype=np.float64)[keep]
+    c = np.asarray(counts, dtype=np.float64)[..., keep]
+    n = c.sum(axis=-1, keepdims=True)
+    result: FloatArray = ((c - n * p) ** 2 / (n * p)).sum(axis=-1)
+    return result

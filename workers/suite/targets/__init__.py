@@ -1,0 +1,51 @@
+"""Targets: what the suite tests. ``reference``, ``mutant:NAME`` or ``module:function``.
+
+Adapters for real libraries (transformers, ...) live beside this module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+from workers.suite.mutants import MUTANTS
+from workers.suite.sampling import Sampler, reference_sampler
+
+
+class TargetError(Exception):
+    """The target cannot be loaded: a usage or import problem, not a violation."""
+
+
+@dataclass(frozen=True)
+class Target:
+    spec: str
+    sampler: Sampler
+
+
+def resolve(spec: str) -> Target:
+    """Load the sampler a target spec names; raises TargetError with a one-line reason."""
+    if spec == "reference":
+        return Target(spec, reference_sampler)
+    if spec.startswith("mutant:"):
+        name = spec.removeprefix("mutant:")
+        if name not in MUTANTS:
+            raise TargetError(f"unknown mutant {name!r}; known: {', '.join(sorted(MUTANTS))}")
+        return Target(spec, MUTANTS[name].sampler)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"target must be 'reference', 'mutant:NAME' or 'module:function', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's target failing to load
+        raise TargetError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise TargetError(f"{module_name!r} has no callable {attr!r}")
+    try:
+        inspect.signature(fn).bind(None, 1, None)
+    except TypeError as exc:
+        raise TargetError(f"{spec} must accept (step, n, generator): {exc}") from exc
+    except ValueError:
+        pass  # builtins without a signature: trust them
+    return Target(spec, fn)
