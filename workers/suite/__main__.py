@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from workers.suite.cases import CASES, select
+from workers.suite.cases import select
 from workers.suite.mutants import MUTANTS
 from workers.suite.results import CaseResult, Verdict
 from workers.suite.runner import Progress, SuiteConfig, run_suite
@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            print(json.dumps([{"id": c.id, "family": c.family, "epsilon": c.epsilon, "description": c.description} for c in select(args.cases)], indent=2))
+            print(
+                json.dumps(
+                    [{"id": c.id, "family": c.family, "epsilon": c.epsilon, "description": c.description} for c in select(args.cases)],
+                    indent=2,
+                )
+            )
             return EXIT_PASS
         if args.command == "mutants":
             print(json.dumps([{"name": m.name, "lossless": m.lossless, "description": m.description} for m in MUTANTS.values()], indent=2))

@@ -83,7 +83,16 @@ def _far_apart(name: str, vocab: int, gamma: int) -> Callable[[], SpecStep]:
     return make
 
 
-def _noisy_draft(name: str, vocab: int, gamma: int, sigma: float, target: Processing = Processing(), draft: Processing = Processing(), zipf: bool = False) -> Callable[[], SpecStep]:
+def _noisy_draft(
+    name: str,
+    vocab: int,
+    gamma: int,
+    sigma: float,
+    *,
+    target: Processing = Processing(),
+    draft: Processing = Processing(),
+    zipf: bool = False,
+) -> Callable[[], SpecStep]:
     """Draft = target logits + N(0, sigma^2) noise: close but not equal, like a real small model."""
 
     def make() -> SpecStep:
@@ -172,22 +181,51 @@ DIRECT_CASES: tuple[Case, ...] = (
     _direct("far_apart/V8/g1", "peaked, far-apart p and q (Dirichlet 0.3), one draft", 0.02, lambda n: _far_apart(n, 8, 1)),
     _direct("far_apart/V8/g3", "peaked, far-apart p and q (Dirichlet 0.3), three drafts", 0.05, lambda n: _far_apart(n, 8, 3)),
     _direct("far_apart/V64/g3", "peaked, far-apart p and q (Dirichlet 0.3), V = 64", 0.05, lambda n: _far_apart(n, 64, 3)),
-    _direct("near_identical/V64/g5", "draft = target logits + N(0, 0.1^2): acceptance near 1, five drafts", 0.05, lambda n: _noisy_draft(n, 64, 5, 0.1)),
-    _direct("close/V64/g5", "draft = target logits + N(0, 1): a realistic drafter, five drafts", 0.05, lambda n: _noisy_draft(n, 64, 5, 1.0)),
+    _direct(
+        "near_identical/V64/g5",
+        "draft = target logits + N(0, 0.1^2): acceptance near 1, five drafts",
+        0.05,
+        lambda n: _noisy_draft(n, 64, 5, 0.1),
+    ),
+    _direct(
+        "close/V64/g5", "draft = target logits + N(0, 1): a realistic drafter, five drafts", 0.05, lambda n: _noisy_draft(n, 64, 5, 1.0)
+    ),
     _direct("disjoint/V8/g3", "disjoint supports: every draft is rejected (beta = 0)", 0.05, lambda n: _disjoint(n, 8, 3)),
     _direct("onehot_q/V64/g3", "one-hot draft distributions (a greedy drafter reporting one-hot q)", 0.05, lambda n: _onehot_q(n, 64, 3)),
     _direct("q_zero_where_p/V64/g3", "q = 0 on half of the tokens where p > 0", 0.05, lambda n: _zero_where(n, 64, 3, "draft")),
     _direct("p_zero_where_q/V64/g3", "p = 0 on half of the tokens where q > 0", 0.05, lambda n: _zero_where(n, 64, 3, "target")),
     _direct("p_equals_q/V64/g3", "p == q: every draft must be accepted", 0.05, lambda n: _equal(n, 64, 3)),
-    _direct("temperature_target/V64/g3", "draft = target + N(0, 1) noise; temperature 0.7 on the target only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _T, _NONE)),
-    _direct("temperature_draft/V64/g3", "temperature 0.7 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _NONE, _T)),
-    _direct("top_k_target/V64/g3", "top-k 8 on the target only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _K, _NONE)),
-    _direct("top_k_draft/V64/g3", "top-k 8 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _NONE, _K)),
-    _direct("top_p_target/V64/g3", "top-p 0.9 on the target only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _P, _NONE)),
-    _direct("top_p_draft/V64/g3", "top-p 0.9 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _NONE, _P)),
-    _direct("processed_both/V64/g3", "temperature 0.7, top-k 8, top-p 0.9 on both sides", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, _ALL, _ALL)),
-    _direct("llm_like/V1024/g4", "Zipf target, draft = target + N(0, 0.7^2), T 0.7 and top-k 50 on both", 0.05, lambda n: _noisy_draft(n, 1024, 4, 0.7, _LLM, _LLM, zipf=True)),
-    _direct("large_vocab/V50257/g1", "Zipf target over 50,257 tokens (not a multiple of 64), draft noise 0.7", 0.05, lambda n: _noisy_draft(n, 50257, 1, 0.7, zipf=True)),
+    _direct(
+        "temperature_target/V64/g3",
+        "draft = target + N(0, 1) noise; temperature 0.7 on the target only",
+        0.05,
+        lambda n: _noisy_draft(n, 64, 3, 1.0, target=_T, draft=_NONE),
+    ),
+    _direct(
+        "temperature_draft/V64/g3", "temperature 0.7 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, target=_NONE, draft=_T)
+    ),
+    _direct("top_k_target/V64/g3", "top-k 8 on the target only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, target=_K, draft=_NONE)),
+    _direct("top_k_draft/V64/g3", "top-k 8 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, target=_NONE, draft=_K)),
+    _direct("top_p_target/V64/g3", "top-p 0.9 on the target only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, target=_P, draft=_NONE)),
+    _direct("top_p_draft/V64/g3", "top-p 0.9 on the draft only", 0.05, lambda n: _noisy_draft(n, 64, 3, 1.0, target=_NONE, draft=_P)),
+    _direct(
+        "processed_both/V64/g3",
+        "temperature 0.7, top-k 8, top-p 0.9 on both sides",
+        0.05,
+        lambda n: _noisy_draft(n, 64, 3, 1.0, target=_ALL, draft=_ALL),
+    ),
+    _direct(
+        "llm_like/V1024/g4",
+        "Zipf target, draft = target + N(0, 0.7^2), T 0.7 and top-k 50 on both",
+        0.05,
+        lambda n: _noisy_draft(n, 1024, 4, 0.7, target=_LLM, draft=_LLM, zipf=True),
+    ),
+    _direct(
+        "large_vocab/V50257/g1",
+        "Zipf target over 50,257 tokens (not a multiple of 64), draft noise 0.7",
+        0.05,
+        lambda n: _noisy_draft(n, 50257, 1, 0.7, zipf=True),
+    ),
     Case(
         id="direct/transformers_target_distribution/V10/g3",
         family="direct",

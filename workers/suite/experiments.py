@@ -86,7 +86,9 @@ class ChainExperiment:
         self._law = law
         gamma = step.gamma
         checks = [CheckSpec(f"lossless/pos{t + 1}", Layer.LOSSLESS, law.emitted(t), float(law.reach[t])) for t in range(gamma + 1)]
-        checks += [CheckSpec(f"conformance/pos{t + 1}", Layer.CONFORMANCE, law.position_joint(t), float(law.reach[t])) for t in range(gamma)]
+        checks += [
+            CheckSpec(f"conformance/pos{t + 1}", Layer.CONFORMANCE, law.position_joint(t), float(law.reach[t])) for t in range(gamma)
+        ]
         checks.append(CheckSpec("conformance/K", Layer.CONFORMANCE, law.k_law, 1.0))
         self._checks = tuple(c for c in checks if c.reach > 0)
         self._draft_support = step.draft_probs > 0
@@ -127,7 +129,7 @@ class ChainExperiment:
             found.append(Violation(Layer.LOSSLESS, f"an emitted token id is outside [0, {vocab})"))
         elif bool((tokens[~emitted] != -1).any()):
             found.append(Violation(Layer.LOSSLESS, "tokens after the emitted ones are not -1 padding"))
-        elif bool((((tokens[:, :gamma] != drafts) & (cols[:gamma] < k[:, None]))).any()):
+        elif bool(((tokens[:, :gamma] != drafts) & (cols[:gamma] < k[:, None])).any()):
             found.append(Violation(Layer.LOSSLESS, "an accepted token differs from the draft it accepts"))
         if bool(((drafts < 0) | (drafts >= vocab)).any()):
             found.append(Violation(Layer.CONFORMANCE, f"a draft id is outside [0, {vocab})"))

@@ -88,8 +88,9 @@ class ChainLaw:
     def k_law(self) -> FloatArray:
         """P(K = k) for k = 0..gamma, K the number of accepted drafts."""
         stop = np.concatenate((1.0 - self.beta, [1.0]))
-        law = self.reach * stop
-        return law / law.sum()
+        law: FloatArray = self.reach * stop
+        normalised: FloatArray = law / law.sum()
+        return normalised
 
     @cached_property
     def expected_accepted(self) -> float:
@@ -98,16 +99,23 @@ class ChainLaw:
 
     def emitted(self, t: int) -> FloatArray:
         """Law of the token at position t (0-based) given that it was emitted: p_t."""
-        return self.p[t]
+        row: FloatArray = self.p[t]
+        return row
 
     def residual(self, t: int) -> FloatArray | None:
         """Law of the resampled token at draft position t given rejection there (None if beta_t = 1)."""
         mass = self.excess[t].sum()
-        return None if mass <= 0.0 else self.excess[t] / mass
+        if mass <= 0.0:
+            return None
+        row: FloatArray = self.excess[t] / mass
+        return row
 
     def accepted(self, t: int) -> FloatArray | None:
         """Law of an accepted draft at position t (None if beta_t = 0)."""
-        return None if self.beta[t] <= 0.0 else self.accept_mass[t] / self.beta[t]
+        if self.beta[t] <= 0.0:
+            return None
+        row: FloatArray = self.accept_mass[t] / self.beta[t]
+        return row
 
     def position_joint(self, t: int) -> FloatArray:
         """Law of (accepted?, token) at draft position t given it is reached, over 2V cells.
@@ -145,5 +153,5 @@ def sequence_law(next_token: NextTokenOracle, length: int, vocab_size: int) -> F
                 raise ValueError(f"oracle returned shape {row.shape}, expected ({vocab_size},)")
             rows[i] = row
         law = (law[:, None] * rows).reshape(-1)
-        prefixes = [prefix + (y,) for prefix in prefixes for y in range(vocab_size)]
+        prefixes = [(*prefix, y) for prefix in prefixes for y in range(vocab_size)]
     return law

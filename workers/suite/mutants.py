@@ -7,7 +7,6 @@ lossless-but-slower ones on conformance only. They are positive controls for the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +19,6 @@ from workers.suite.sampling import (
     accepted_prefix,
     assemble,
     at,
-    inverse_cdf,
     normalise_rows,
     sample_by_row_index,
     sample_rows,
@@ -117,7 +115,9 @@ def untempered_target(step: SpecStep, n: int, generator: torch.Generator) -> Spe
     """Target processing (temperature, top-k, top-p) not applied: lossless for the wrong target."""
     p_raw = _raw(step.target_logits)
     rows = normalise_rows((p_raw[: step.gamma] - step.draft_probs).clamp(min=0))
-    return _finish(*_verify(step, n, generator, ratio_p=p_raw[: step.gamma], residual_rows=rows, bonus_row=p_raw[step.gamma :])[:3], generator)
+    return _finish(
+        *_verify(step, n, generator, ratio_p=p_raw[: step.gamma], residual_rows=rows, bonus_row=p_raw[step.gamma :])[:3], generator
+    )
 
 
 def residual_next_position(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
@@ -209,9 +209,10 @@ def greedy_onehot_draft(step: SpecStep, n: int, generator: torch.Generator) -> S
     return _finish(*_verify(step, n, generator, drafts=drafts, ratio_q=q_onehot)[:3], generator)
 
 
-def _mutant(fn: Callable[[SpecStep, int, torch.Generator], SpecOutput], lossless: bool = False) -> Mutant:
-    doc = (fn.__doc__ or fn.__name__.replace("_", " ")).strip().splitlines()[0]
-    return Mutant(name=fn.__name__, description=doc, lossless=lossless, sampler=fn)
+def _mutant(fn: Sampler, lossless: bool = False) -> Mutant:
+    name: str = getattr(fn, "__name__")  # noqa: B009 - a Sampler is any callable; these are functions
+    doc = (fn.__doc__ or name.replace("_", " ")).strip().splitlines()[0]
+    return Mutant(name=name, description=doc, lossless=lossless, sampler=fn)
 
 
 MUTANTS: dict[str, Mutant] = {

@@ -201,7 +201,9 @@ def run_case(
             break
         batch = min(2 * batch, config.max_batch)
     elapsed = time.perf_counter() - started
-    return _case_result(case, experiment, config, state, cap, threshold, seed, epsilon, timed_out, elapsed)
+    return _case_result(
+        case, experiment, config, state, cap=cap, threshold=threshold, seed=seed, epsilon=epsilon, timed_out=timed_out, duration=elapsed
+    )
 
 
 def _case_result(
@@ -209,6 +211,7 @@ def _case_result(
     experiment: Experiment,
     config: SuiteConfig,
     state: _CaseState,
+    *,
     cap: int,
     threshold: float,
     seed: int,
@@ -263,7 +266,7 @@ def _case_result(
         family=case.family,
         description=case.description,
         verdict=verdict,
-        reason=_reason(state, decisive, checks, threshold, epsilon, powered, designed),
+        reason=_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed),
         lossless=lossless,
         conformance=conformance,
         n_trials=state.trials,
@@ -297,8 +300,8 @@ def _decisive(checks: Sequence[CheckResult], lossless: Verdict) -> CheckResult |
 
 def _reason(
     state: _CaseState,
-    decisive: CheckResult | None,
     checks: Sequence[CheckResult],
+    *,
     threshold: float,
     epsilon: float,
     powered: bool,

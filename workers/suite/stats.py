@@ -24,9 +24,7 @@ def support_violations(counts: NDArray[np.integer], p0: NDArray[np.floating]) ->
     return int(np.asarray(counts)[np.asarray(p0) <= 0].sum())
 
 
-def log_e_dirichlet_mixture(
-    counts: NDArray[np.integer], p0: NDArray[np.floating], kappas: FloatArray = KAPPA_GRID
-) -> float:
+def log_e_dirichlet_mixture(counts: NDArray[np.integer], p0: NDArray[np.floating], kappas: FloatArray = KAPPA_GRID) -> float:
     """Log of the Dirichlet(kappa * p0)-mixture likelihood-ratio e-process after ``counts``.
 
     H0: the observations are i.i.d. from p0. For each kappa the Dirichlet-multinomial predictive
@@ -152,9 +150,7 @@ def weighted_chi2(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> Floa
     return result
 
 
-def weighted_chi2_pvalue(
-    counts: NDArray[np.integer], p0: NDArray[np.floating], rng: np.random.Generator, draws: int = 999
-) -> float:
+def weighted_chi2_pvalue(counts: NDArray[np.integer], p0: NDArray[np.floating], rng: np.random.Generator, draws: int = 999) -> float:
     """Monte-Carlo-calibrated p-value of the weighted chi^2 statistic (a fixed-n cross-check).
 
     p = (1 + #{T_b >= T}) / (B + 1) with T_b simulated exactly under H0 (multinomial(n, p0)):

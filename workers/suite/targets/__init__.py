@@ -37,7 +37,7 @@ def resolve(spec: str) -> Target:
         raise TargetError(f"target must be 'reference', 'mutant:NAME' or 'module:function', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's target failing to load
+    except Exception as exc:
         raise TargetError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):

@@ -1,0 +1,48 @@
+"""The suite proves itself: every lossy mutant fails losslessness, the lossless-but-slower ones fail
+conformance only, and the reference passes everything, each for 5 seeds with default settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.suite.cases import CASES
+from workers.suite.mutants import MUTANTS
+from workers.suite.results import Verdict
+from workers.suite.runner import SuiteConfig, run_suite
+from workers.suite.sampling import reference_sampler
+
+SEEDS = range(5)
+LOSSY = [m for m in MUTANTS.values() if not m.lossless]
+SLOWER = [m for m in MUTANTS.values() if m.lossless]
+
+
+def test_the_catalogue_is_broad():
+    assert len(LOSSY) >= 15
+    assert {m.name for m in SLOWER} == {"strict_acceptance", "greedy_onehot_draft"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", LOSSY, ids=lambda m: m.name)
+def test_lossy_mutants_fail_losslessness(mutant):
+    for seed in SEEDS:
+        run = run_suite(CASES, mutant.sampler, SuiteConfig(seed=seed, fail_fast=True))
+        assert run.verdict == Verdict.FAIL, f"seed {seed}: {mutant.name} passed the battery"
+        failing = run.results[-1]
+        assert failing.lossless == Verdict.FAIL, f"seed {seed}: {failing.case_id} failed {failing.reason}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", SLOWER, ids=lambda m: m.name)
+def test_lossless_but_slower_mutants_fail_conformance_only(mutant):
+    for seed in SEEDS:
+        run = run_suite(CASES, mutant.sampler, SuiteConfig(seed=seed))
+        assert all(r.lossless == Verdict.PASS for r in run.results), [r.reason for r in run.results if r.lossless != Verdict.PASS]
+        assert any(r.conformance == Verdict.FAIL for r in run.results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reference_passes_every_case(seed):
+    run = run_suite(CASES, reference_sampler, SuiteConfig(seed=seed))
+    assert run.verdict == Verdict.PASS, [r.reason for r in run.results if r.verdict != Verdict.PASS]
+    assert all(r.powered for r in run.results), [r.reason for r in run.results if not r.powered]

@@ -1,0 +1,121 @@
+"""The decision procedure: false-alarm rate, early stopping, reproducibility, error handling, results."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from workers.suite.cases import CASES, Case, select
+from workers.suite.mutants import MUTANTS
+from workers.suite.results import Verdict
+from workers.suite.runner import SuiteConfig, derive_seed, run_case, run_suite
+from workers.suite.sampling import SpecStep, reference_sampler
+
+
+def _tiny_step() -> SpecStep:
+    target = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64))
+    draft = torch.log(torch.tensor([[0.25, 0.25, 0.25, 0.25]], dtype=torch.float64))
+    return SpecStep(target, draft)
+
+
+TINY = Case(id="test/tiny/V4/g1", family="test", description="V = 4, one draft", epsilon=0.2, make_step=_tiny_step)
+
+
+def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
+    """2000 independent null runs of the whole per-case procedure (reference sampler, alpha = 0.01):
+    the exact (Clopper-Pearson) 99.9 % upper bound on the rejection rate is <= alpha."""
+    alpha, runs = 0.01, 2000
+    experiment = TINY.build(reference_sampler, torch.device("cpu"))
+    tests = len(experiment.checks)
+    rejections = 0
+    for seed in range(runs):
+        result = run_case(TINY, experiment, SuiteConfig(alpha=alpha, seed=seed), tests)
+        assert result.n_trials == result.trial_cap
+        rejections += result.verdict == Verdict.FAIL
+    upper = stats.binomtest(rejections, runs).proportion_ci(confidence_level=0.999, method="exact").high
+    assert upper <= alpha, f"{rejections} false alarms in {runs} runs"
+
+
+def test_a_violation_stops_the_case_early():
+    experiment = TINY.build(MUTANTS["swapped_residual"].sampler, torch.device("cpu"))
+    result = run_case(TINY, experiment, SuiteConfig(epsilon=0.02), len(experiment.checks))
+    assert result.verdict == Verdict.FAIL
+    assert result.lossless == Verdict.FAIL
+    assert result.n_trials < result.trial_cap
+
+
+def test_results_are_reproducible_from_their_seed():
+    config = SuiteConfig(seed=42)
+    run = partial(run_suite, select(["direct/far_apart/V8/g1"]), reference_sampler)
+    a, b = run(config), run(config)
+    assert [r.counts_digest for r in a.results] == [r.counts_digest for r in b.results]
+    assert a.results[0].seed == derive_seed(42, "direct/far_apart/V8/g1", 0)
+    c = run(SuiteConfig(seed=42, attempt=1))
+    assert c.results[0].seed != a.results[0].seed
+    assert c.results[0].counts_digest != a.results[0].counts_digest
+
+
+def test_run_result_is_strict_json():
+    result = run_suite(select(["direct/far_apart/V8/g1"]), MUTANTS["swapped_residual"].sampler, SuiteConfig())
+    payload = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    case = payload["results"][0]
+    for key in (
+        "case_id",
+        "verdict",
+        "reason",
+        "n_trials",
+        "e_value",
+        "p_value",
+        "threshold",
+        "tv_estimate",
+        "tv_ci",
+        "acceptance",
+        "counts_digest",
+        "duration_s",
+        "seed",
+        "device",
+    ):
+        assert key in case
+    assert payload["schema"] == 1
+    assert payload["tests"] == len(case["checks"])
+
+
+def test_a_crashing_target_is_an_error_not_a_violation():
+    def crashing(step, n, generator):
+        raise RuntimeError("boom")
+
+    result = run_suite(select(["direct/far_apart/V8/g1", "direct/disjoint/*"]), crashing, SuiteConfig())
+    assert result.verdict == Verdict.ERROR
+    assert all(r.verdict == Verdict.ERROR for r in result.results)
+    assert "RuntimeError: boom" in result.results[0].reason
+
+
+def test_a_time_budget_marks_the_case_underpowered():
+    experiment = TINY.build(reference_sampler, torch.device("cpu"))
+    config = SuiteConfig(epsilon=0.01, time_budget_s=1e-9)
+    result = run_case(TINY, experiment, config, len(experiment.checks))
+    assert result.verdict == Verdict.PASS
+    assert not result.powered
+    assert "underpowered" in result.reason
+
+
+def test_the_cap_is_sized_by_the_planner_and_limited_by_max_trials():
+    experiment = TINY.build(reference_sampler, torch.device("cpu"))
+    loose = run_case(TINY, experiment, SuiteConfig(epsilon=0.1), 4)
+    tight = run_case(TINY, experiment, SuiteConfig(epsilon=0.05), 4)
+    assert tight.trial_cap == pytest.approx(4 * loose.trial_cap, rel=0.02)
+    limited = run_case(TINY, experiment, SuiteConfig(epsilon=0.05, max_trials=5000), 4)
+    assert limited.trial_cap == 5000
+    assert not limited.powered
+
+
+def test_acceptance_is_reported_against_its_expectation():
+    result = run_suite(select(["direct/close/V64/g5"]), reference_sampler, SuiteConfig()).results[0]
+    assert result.acceptance.expected == pytest.approx(CASES[4].make_step().law.expected_accepted)
+    assert result.acceptance.observed == pytest.approx(result.acceptance.expected, abs=0.02)
+    assert np.isfinite(result.tv_ci[1])
