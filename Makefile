@@ -23,8 +23,8 @@ test: install lint
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 lint: install
-	$(BIN)/ruff check service workers tests bench
-	$(BIN)/ruff format --check service workers tests bench
+	$(BIN)/ruff check service workers migrations tests bench
+	$(BIN)/ruff format --check service workers migrations tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -1,0 +1,521 @@
+"""Power and throughput of the distribution-preservation suite (prints figures, asserts nothing).
+
+Three measurements:
+
+1. **Mutant detection.** Every mutant of ``workers.suite.mutants.MUTANTS`` runs the whole battery
+   ``workers.suite.cases.CASES`` through ``run_suite`` with the default ``SuiteConfig(seed=s,
+   fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
+   most frequent over seeds), the failed layer(s), the median ``n_trials`` of the failing case, the
+   median trials at which its decisive check rejected, and the median trials spent in the cases run
+   before it. For comparison, the fixed-n Pearson chi^2 design at the same per-test level
+   (alpha_test = 1 / threshold = alpha / m) and power 1 - beta, computed from the mutant's *actual*
+   law on that check: a Monte Carlo run of ``ChainExperiment(step, mutant.sampler)`` estimates the
+   mutant's cell law P, its chi^2 divergence D = sum (P - p0)^2 / p0 over p0 > 0 (unbiased estimator
+   N_i (N_i - 1) / (N (N - 1)) for P_i^2) and the design n solves P(chi'^2_k(n D) > chi^2_{k,1-alpha})
+   = 1 - beta with k = support - 1 (``workers.suite.stats.pearson_noncentrality``), converted to
+   trials by dividing by the rate at which the mutant's trials reach the check. Mass on a p0 = 0 cell
+   is a certain (support) refutation: no Pearson n, the expected trials to the first such
+   observation are shown instead. "best fixed-n" is the smallest such design over all checks of the
+   case (the sequential test monitors them all). The sequential test looks at batch ends only (1024,
+   2048, ... trials), so 1024 trials is its floor.
+2. **Harness throughput.** For the reference sampler on representative cases: trials/s of a bare loop
+   calling the sampler with the harness's batch sizes (1024 doubling to 65536), of the same loop
+   through ``ChainExperiment.run`` (sampling + counting and checks), and of ``run_case`` (everything:
+   counting, e-process of every check after every batch, final result with its Monte-Carlo p-value
+   cross-check), all for the same total number of trials (the case's cap).
+3. **Reference battery wall time** for one seed with the default configuration.
+
+Run (defaults fit in about 2 minutes on two cores)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --quick          # 2 seeds, smaller Monte Carlo
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --mutants 'relaxed*' --skip-throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import math
+import platform
+import re
+import statistics
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from workers.suite.cases import CASES, Case
+from workers.suite.experiments import ChainExperiment, CheckSpec
+from workers.suite.mutants import MUTANTS, Mutant
+from workers.suite.results import CaseResult, Verdict
+from workers.suite.runner import Progress, SuiteConfig, run_case, run_suite
+from workers.suite.sampling import Sampler, reference_sampler
+from workers.suite.stats import pearson_noncentrality
+
+THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
+MC_BATCH = 1 << 16
+MC_CHUNKS = 8  # independent chunks of the Monte Carlo, for a standard error of D
+
+_REJECTED = re.compile(r"^(?:lossless|conformance): (\S+) e-value reached the threshold \S+ after (\d+) trials")
+_CERTAIN = re.compile(r"^certain \w+ violation: ([a-z]+/\w+): ")
+
+
+# --------------------------------------------------------------------------------------------- output
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> None:
+    """Plain aligned text: ``align`` holds one of 'l' / 'r' per column."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, align, strict=True)).rstrip()
+
+    print(f"\n{title}")
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def fmt_n(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "never"
+    if x < 1e4:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:.3g}"
+
+
+def short_case(case_id: str) -> str:
+    return case_id.removeprefix("direct/")
+
+
+# ------------------------------------------------------------------------------ mutant detection
+
+
+@dataclass(frozen=True)
+class SeedOutcome:
+    """What one seed of the battery did against one mutant."""
+
+    case_id: str | None  # the first failing case; None if the battery passed
+    layers: str
+    n_trials: int
+    alarm_trials: int
+    trials_before: int
+    check: str | None
+    threshold: float
+    errors: int
+
+
+@dataclass(frozen=True)
+class CheckLaw:
+    """The mutant's estimated law on one check, against the check's null."""
+
+    name: str
+    support: int
+    rate: float  # observations per trial under the mutant
+    bad_mass: float  # P(cell with p0 = 0 | observation)
+    divergence: float  # chi^2 divergence D (unbiased estimate)
+    divergence_se: float
+    structural: bool = False  # the mutant's output is malformed: refuted with certainty
+
+    @property
+    def certain(self) -> bool:
+        return self.structural or self.bad_mass > 0
+
+    def fixed_n_trials(self, alpha_test: float, beta: float) -> float:
+        """Fixed-n Pearson design in trials (whole observations); inf if D is not positive. Not for a certain check."""
+        if self.rate <= 0 or self.divergence <= 0:
+            return math.inf
+        return math.ceil(noncentrality(self.support, alpha_test, beta) / self.divergence) / self.rate
+
+    def trials_to_hit(self) -> float:
+        """Expected trials until the first observation in a p0 = 0 cell."""
+        return 1.0 if self.structural else 1.0 / (self.rate * self.bad_mass)
+
+    def power_key(self, alpha_test: float, beta: float) -> tuple[int, float]:
+        """Orders checks by how soon a fixed-n design refutes the mutant: certain ones first."""
+        return (0, self.trials_to_hit()) if self.certain else (1, self.fixed_n_trials(alpha_test, beta))
+
+    def describe_fixed(self, alpha_test: float, beta: float) -> str:
+        if self.structural:
+            return "certain (malformed)"
+        if self.bad_mass > 0:
+            return f"certain (support), ~{fmt_n(self.trials_to_hit())} trials/hit"
+        return fmt_n(self.fixed_n_trials(alpha_test, beta))
+
+
+@cache
+def noncentrality(support: int, alpha: float, beta: float) -> float:
+    return pearson_noncentrality(support, alpha, beta)
+
+
+def decisive_check(result: CaseResult) -> tuple[str | None, int | None]:
+    """The check that decided the failing case and the trials at its rejection, as the runner reports them.
+
+    The reason names the first check to reject in the failed layer (lossless first); for a certain
+    violation it names the check; for a malformed output there is none: fall back to the headline
+    (strongest evidence in the failed layer).
+    """
+    if match := _REJECTED.match(result.reason):
+        return match.group(1), int(match.group(2))
+    if match := _CERTAIN.match(result.reason):
+        return match.group(1), None
+    layer = "lossless" if result.lossless == Verdict.FAIL else "conformance"
+    pool = [c for c in result.checks if c.layer == layer]
+    if not pool:
+        return None, None
+    best = max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value)
+    return best.name, None
+
+
+def run_seed(mutant: Mutant, seed: int) -> SeedOutcome:
+    first_alarm: dict[str, int] = {}
+
+    def progress(p: Progress) -> None:
+        if p.log_e >= p.log_threshold:
+            first_alarm.setdefault(p.case_id, p.trials)
+
+    run = run_suite(CASES, mutant.sampler, SuiteConfig(seed=seed, fail_fast=True), target=f"mutant:{mutant.name}", progress=progress)
+    errors = sum(r.verdict == Verdict.ERROR for r in run.results)
+    index = next((i for i, r in enumerate(run.results) if r.verdict == Verdict.FAIL), None)
+    if index is None:
+        trials = sum(r.n_trials for r in run.results)
+        return SeedOutcome(None, "-", 0, 0, trials, None, run.results[0].threshold, errors)
+    failing = run.results[index]
+    check, rejected_at = decisive_check(failing)
+    alarm = rejected_at if rejected_at is not None else first_alarm.get(failing.case_id, failing.n_trials)
+    layers = "+".join(
+        name for name, verdict in (("lossless", failing.lossless), ("conformance", failing.conformance)) if verdict == Verdict.FAIL
+    )
+    before = sum(r.n_trials for r in run.results[:index])
+    return SeedOutcome(failing.case_id, layers, failing.n_trials, alarm, before, check, failing.threshold, errors)
+
+
+def unbiased_divergence(counts: NDArray[np.int64], p0: NDArray[np.float64]) -> float:
+    """Unbiased estimate of sum_{p0 > 0} (P - p0)^2 / p0 from multinomial counts of P (N >= 2)."""
+    n = float(counts.sum())
+    keep = p0 > 0
+    c, p = counts[keep].astype(np.float64), p0[keep]
+    p_squared = c * (c - 1.0) / (n * (n - 1.0))
+    return float((p_squared / p - 2.0 * c / n + p).sum())
+
+
+def mutant_laws(case: Case, sampler: Sampler, trials: int, seed: int) -> dict[str, CheckLaw]:
+    """Monte Carlo estimate of the mutant's law on every check of ``case``."""
+    experiment = ChainExperiment(case.make_step(), sampler)
+    generator = torch.Generator().manual_seed(seed)
+    chunk_trials = max(trials // MC_CHUNKS, 2)
+    chunks: list[dict[str, NDArray[np.int64]]] = []
+    structural = False
+    for _ in range(MC_CHUNKS):
+        counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in experiment.checks}
+        done = 0
+        while done < chunk_trials:
+            n = min(MC_BATCH, chunk_trials - done)
+            obs = experiment.run(n, generator)
+            done += n
+            if not obs.counts:  # malformed output: the experiment refuses to count it
+                structural = True
+                continue
+            for name, value in obs.counts.items():
+                counts[name] += value
+        chunks.append(counts)
+    total_trials = chunk_trials * MC_CHUNKS
+    return {c.name: _check_law(c, [chunk[c.name] for chunk in chunks], total_trials, structural) for c in experiment.checks}
+
+
+def _check_law(check: CheckSpec, chunks: Sequence[NDArray[np.int64]], trials: int, structural: bool) -> CheckLaw:
+    total = np.sum(chunks, axis=0)
+    n = int(total.sum())
+    if n < 2:
+        return CheckLaw(check.name, check.support, n / trials, 0.0, 0.0, math.inf, structural)
+    bad = float(total[check.null <= 0].sum()) / n
+    per_chunk = [unbiased_divergence(c, check.null) for c in chunks if c.sum() >= 2]
+    se = statistics.stdev(per_chunk) / math.sqrt(len(per_chunk)) if len(per_chunk) > 1 else math.inf
+    return CheckLaw(check.name, check.support, n / trials, bad, unbiased_divergence(total, check.null), se, structural)
+
+
+def median_int(values: Sequence[int]) -> float:
+    return float(statistics.median(values)) if values else math.nan
+
+
+def mutant_section(mutants: Sequence[Mutant], seeds: int, mc_trials: int, beta: float) -> None:
+    cases = {c.id: c for c in CASES}
+    rows: list[list[str]] = []
+    law_rows: list[list[str]] = []
+    thresholds: set[float] = set()
+    notes: list[str] = []
+    for mutant in mutants:
+        started = time.perf_counter()
+        outcomes = [run_seed(mutant, s) for s in range(seeds)]
+        detected = [o for o in outcomes if o.case_id is not None]
+        missed = seeds - len(detected)
+        label = mutant.name + (" [lossless by design]" if mutant.lossless else "")
+        if not detected:
+            rows.append([label, "NOT DETECTED", "-", f"0/{seeds}", "-", "-", "-", "-", "-", "-", "-"])
+            continue
+        case_id, hits = Counter(o.case_id for o in detected).most_common(1)[0]
+        assert case_id is not None
+        same = [o for o in detected if o.case_id == case_id]
+        check = Counter(o.check for o in same).most_common(1)[0][0]
+        layer_counts = Counter(o.layers for o in same).most_common()
+        layers = layer_counts[0][0] if len(layer_counts) == 1 else ", ".join(f"{name} {k}/{len(same)}" for name, k in layer_counts)
+        alpha_test = 1.0 / same[0].threshold
+        thresholds.update(o.threshold for o in same)
+        seq_alarm = median_int([o.alarm_trials for o in same])
+        laws = mutant_laws(cases[case_id], mutant.sampler, mc_trials, seed=_stable_seed(mutant.name, case_id))
+        law = laws.get(check) if check is not None else None
+        best_name, best_law = min(laws.items(), key=lambda kv: kv[1].power_key(alpha_test, beta))
+        ratio = None
+        if law is not None and not law.certain:
+            fixed = law.fixed_n_trials(alpha_test, beta)
+            ratio = seq_alarm / fixed if math.isfinite(fixed) else None
+        rows.append(
+            [
+                label,
+                short_case(case_id),
+                layers,
+                f"{hits}/{seeds}",
+                fmt_n(median_int([o.n_trials for o in same])),
+                fmt_n(seq_alarm),
+                fmt_n(median_int([o.trials_before for o in same])),
+                check or "-",
+                law.describe_fixed(alpha_test, beta) if law is not None else "-",
+                fmt_ratio(ratio),
+                f"{best_law.describe_fixed(alpha_test, beta)} ({best_name})",
+            ]
+        )
+        if law is not None:
+            rel = law.divergence_se / law.divergence if law.divergence > 0 else math.inf
+            law_rows.append(
+                [
+                    mutant.name,
+                    law.name,
+                    str(law.support),
+                    f"{law.rate:.4f}",
+                    f"{law.bad_mass:.3g}",
+                    f"{law.divergence:.4g}",
+                    f"{100 * rel:.1f}%" if math.isfinite(rel) else "-",
+                    f"{noncentrality(law.support, alpha_test, beta):.1f}",
+                    f"{time.perf_counter() - started:.1f}",
+                ]
+            )
+        if missed:
+            notes.append(f"{mutant.name}: battery PASSED on {missed}/{seeds} seeds (missed)")
+        if len(same) < len(detected):
+            others = Counter(short_case(o.case_id) for o in detected if o.case_id != case_id and o.case_id is not None)
+            notes.append(f"{mutant.name}: other detecting cases on some seeds: {dict(others)}")
+        if mutant.lossless and any("lossless" in o.layers for o in detected):
+            notes.append(f"{mutant.name}: lossless by design but the LOSSLESS layer failed (a false alarm?)")
+        if errors := sum(o.errors for o in outcomes):
+            notes.append(f"{mutant.name}: {errors} case(s) errored")
+    print_table(
+        f"1. Mutant detection: run_suite(CASES, mutant, SuiteConfig(seed=s, fail_fast=True)), seeds 0..{seeds - 1}; "
+        f"fixed-n Pearson at alpha_test = 1/threshold (threshold m/alpha = {', '.join(f'{t:.4g}' for t in sorted(thresholds))}), "
+        f"power 1-{beta:g}, D from {mc_trials:.2g} Monte Carlo trials",
+        [
+            "mutant",
+            "detecting case",
+            "layer failed",
+            "seeds",
+            "med n_trials",
+            "med alarm",
+            "med before",
+            "decisive check",
+            "fixed-n Pearson (trials)",
+            "alarm/fixed",
+            "best fixed-n (check)",
+        ],
+        rows,
+        "llllrrrlrrl",
+    )
+    print(
+        "   med n_trials: n_trials of the failing CaseResult (a conformance-only failure keeps testing losslessness up to the cap);\n"
+        "   med alarm: trials at which the decisive check crossed the threshold (batch ends; floor 1024);\n"
+        "   med before: trials spent in the cases run before the detecting one (all passed)."
+    )
+    print_table(
+        "   Mutant law on the decisive check (Monte Carlo): rate = observations per trial, bad = mass on p0 = 0 cells,"
+        " D = chi^2 divergence (± standard error), lambda = Pearson noncentrality needed",
+        ["mutant", "check", "support", "rate", "bad", "D", "D s.e.", "lambda", "wall s"],
+        law_rows,
+        "llrrrrrrr",
+    )
+    for note in notes:
+        print(f"   NOTE {note}")
+
+
+def _stable_seed(*parts: str) -> int:
+    return int.from_bytes(hashlib.blake2b(":".join(parts).encode(), digest_size=8).digest(), "big") & ((1 << 63) - 1)
+
+
+# ------------------------------------------------------------------------------------ throughput
+
+
+def batch_sizes(total: int, first: int, largest: int) -> list[int]:
+    sizes, done, batch = [], 0, first
+    while done < total:
+        n = min(batch, total - done)
+        sizes.append(n)
+        done += n
+        batch = min(2 * batch, largest)
+    return sizes
+
+
+def time_bare(case: Case, sizes: Sequence[int], seed: int) -> float:
+    step = case.make_step()
+    generator = torch.Generator().manual_seed(seed)
+    reference_sampler(step, sizes[0], generator)  # warm-up (processed probabilities are cached)
+    started = time.perf_counter()
+    for n in sizes:
+        reference_sampler(step, n, generator)
+    return time.perf_counter() - started
+
+
+def time_counting(case: Case, sizes: Sequence[int], seed: int) -> float:
+    experiment = case.build(reference_sampler, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(seed)
+    experiment.run(sizes[0], generator)
+    started = time.perf_counter()
+    for n in sizes:
+        experiment.run(n, generator)
+    return time.perf_counter() - started
+
+
+def time_harness(case: Case, config: SuiteConfig, tests: int) -> tuple[float, CaseResult]:
+    experiment = case.build(reference_sampler, torch.device(config.device))
+    started = time.perf_counter()
+    result = run_case(case, experiment, config, tests)
+    return time.perf_counter() - started, result
+
+
+def throughput_section(case_ids: Sequence[str], repeats: int) -> None:
+    cases = {c.id: c for c in CASES}
+    config = SuiteConfig(seed=0)
+    tests = sum(len(c.build(reference_sampler, torch.device("cpu")).checks) for c in CASES)
+    rows: list[list[str]] = []
+    for case_id in case_ids:
+        case = cases[case_id]
+        harness, result = min((time_harness(case, config, tests) for _ in range(repeats)), key=lambda tr: tr[0])
+        sizes = batch_sizes(result.n_trials, config.first_batch, config.max_batch)
+        bare = min(time_bare(case, sizes, 1) for _ in range(repeats))
+        counting = min(time_counting(case, sizes, 1) for _ in range(repeats))
+        n, loop = result.n_trials, result.duration_s  # duration_s: the batch loop, before the final result
+        rows.append(
+            [
+                short_case(case_id),
+                f"{n:,}",
+                str(len(sizes)),
+                f"{n / bare:,.0f}",
+                f"{n / counting:,.0f}",
+                f"{n / harness:,.0f}",
+                f"{bare:.3f}",
+                f"{counting:.3f}",
+                f"{loop:.3f}",
+                f"{harness - loop:.3f}",
+                f"{harness:.3f}",
+                f"{loop / bare:.2f}",
+                f"{harness / bare:.2f}",
+            ]
+        )
+    print_table(
+        f"2. Harness throughput, reference sampler, CPU, best of {repeats}: the same trials in the same batches (1024 doubling to 65536)",
+        [
+            "case",
+            "trials",
+            "batches",
+            "bare/s",
+            "+counting/s",
+            "run_case/s",
+            "bare s",
+            "counting s",
+            "loop s",
+            "final s",
+            "run_case s",
+            "loop/bare",
+            "harness/bare",
+        ],
+        rows,
+        "lrrrrrrrrrrrr",
+    )
+    print(
+        "   bare: the sampler alone; +counting: ChainExperiment.run (sampler, structural checks, bincounts); run_case: the full harness.\n"
+        "   loop s: run_case's own duration_s (batches, counting, e-process of every check after every batch);\n"
+        "   final s: the rest of run_case (the result: TV intervals, Monte-Carlo p-value cross-check of the decisive check);\n"
+        "   harness/bare = run_case s / bare s."
+    )
+
+
+# ------------------------------------------------------------------------------- reference battery
+
+
+def battery_section() -> None:
+    started = time.perf_counter()
+    run = run_suite(CASES, reference_sampler, SuiteConfig(seed=0))
+    wall = time.perf_counter() - started
+    trials = sum(r.n_trials for r in run.results)
+    failed = [r.case_id for r in run.results if r.verdict != Verdict.PASS]
+    print(
+        f"\n3. Reference battery, seed 0, default SuiteConfig: {len(run.results)} cases, {run.tests} tests, verdict {run.verdict}, "
+        f"{trials:,} trials, wall {wall:.2f} s (run_suite duration_s {run.duration_s:.2f} s, {trials / wall:,.0f} trials/s)"
+    )
+    if failed:
+        print(f"   NOTE non-passing cases: {failed}")
+    slowest = sorted(run.results, key=lambda r: r.duration_s, reverse=True)[:3]
+    print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per mutant (default 5; 2 with --quick)")
+    parser.add_argument("--mc-trials", type=int, default=None, help="Monte Carlo trials per mutant law (default 2e6; 5e5 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="timing repeats, best kept (default 3; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="fewer seeds, smaller Monte Carlo, one timing repeat")
+    parser.add_argument("--mutants", action="append", default=[], metavar="GLOB", help="only these mutants (repeatable)")
+    parser.add_argument("--skip-mutants", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-battery", action="store_true")
+    args = parser.parse_args()
+    seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
+    mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if seeds < 1 or mc_trials < 2 * MC_CHUNKS or repeats < 1:
+        parser.error("--seeds and --repeats must be >= 1, --mc-trials >= 16")
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    print(
+        f"suite_power: torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
+        f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
+    )
+    if not args.skip_mutants:
+        chosen = [m for m in MUTANTS.values() if not args.mutants or any(fnmatch.fnmatchcase(m.name, g) for g in args.mutants)]
+        mutant_section(chosen, seeds, mc_trials, SuiteConfig().beta)
+    if not args.skip_throughput:
+        throughput_section(THROUGHPUT_CASES, repeats)
+    if not args.skip_battery:
+        battery_section()
+    print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The control plane's tables: targets, their commits, GitHub deliveries, suite runs and per-case results.
+
+Tables are created only by Alembic (``migrations/``), never by ``create_all()``. Conventions: constraints are
+named by :data:`NAMING_CONVENTION` (so migrations can drop them on every backend); enums are stored by value
+as ``VARCHAR`` + ``CHECK`` (the same migrations on SQLite and PostgreSQL, and a new state is a constraint
+change, not an ``ALTER TYPE``); timestamps are timezone-aware UTC on both backends (:class:`UTCDateTime`);
+every idempotency key is a unique constraint.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Double,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always gives back aware UTC datetimes.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones and returns naive values, so values are
+    written as UTC and read back with ``tzinfo=UTC``. Naive datetimes are refused on the way in: they are bugs.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: use an aware one (datetime.now(UTC))")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _values(enum_class: type[enum.Enum]) -> list[str]:
+    return [str(member.value) for member in enum_class]
+
+
+def _enum(enum_class: type[enum.Enum], name: str) -> Enum:
+    """An enum column stored by value, as VARCHAR with a named CHECK constraint (``ck_<table>_<name>``)."""
+    return Enum(enum_class, name=name, values_callable=_values, native_enum=False, create_constraint=True, length=32)
+
+
+class InstallMode(enum.StrEnum):
+    source = "source"  # the commit's source tree first on PYTHONPATH
+    pip = "pip"  # a released version installed into an isolated, cached directory
+
+
+class CommitPolicy(enum.StrEnum):
+    head = "head"  # only the new head of a push/poll gets a run
+    every = "every"  # every new commit gets a run
+
+
+class DeliveryStatus(enum.StrEnum):
+    accepted = "accepted"  # recorded commits and/or queued runs
+    ignored = "ignored"  # ping, unknown repository, unwatched branch, tag, deleted ref (see reason)
+
+
+class RunStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    cancelled = "cancelled"
+
+
+class Verdict(enum.StrEnum):
+    pass_ = "pass"  # noqa: S105 -- a verdict, not a password ("pass" is a keyword)
+    fail = "fail"
+    error = "error"
+    skipped = "skipped"
+
+
+class Target(Base):
+    """A watched library: where its code lives, which adapter tests it, how it is installed and polled."""
+
+    __tablename__ = "targets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    repo_url: Mapped[str] = mapped_column(String(500))
+    adapter: Mapped[str] = mapped_column(String(100))
+    install_mode: Mapped[InstallMode] = mapped_column(_enum(InstallMode, "install_mode"), default=InstallMode.source)
+    branches: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # None: not polled (webhook only).
+    poll_interval_s: Mapped[int | None] = mapped_column(Integer)
+    commit_policy: Mapped[CommitPolicy] = mapped_column(_enum(CommitPolicy, "commit_policy"), default=CommitPolicy.head)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
+
+    commits: Mapped[list[Commit]] = relationship(back_populates="target", passive_deletes=True)
+
+
+class Commit(Base):
+    """A commit of a target, as seen on one of its watched branches."""
+
+    __tablename__ = "commits"
+    __table_args__ = (
+        UniqueConstraint("target_id", "sha"),
+        # History of a branch in order: WHERE target_id = ? AND branch = ? ORDER BY branch_order.
+        Index(None, "target_id", "branch", "branch_order"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    # 40 hex digits for SHA-1 repositories, 64 for SHA-256 ones.
+    sha: Mapped[str] = mapped_column(String(64))
+    parents: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # The branch it was first seen on and its position there (increasing along the branch); None for a
+    # commit known only from a release.
+    branch: Mapped[str | None] = mapped_column(String(255))
+    branch_order: Mapped[int | None] = mapped_column(Integer)
+    author: Mapped[str | None] = mapped_column(String(255))
+    committed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    message: Mapped[str | None] = mapped_column(Text)
+
+    target: Mapped[Target] = relationship(back_populates="commits")
+    runs: Mapped[list[Run]] = relationship(back_populates="commit", passive_deletes=True)
+
+
+class Delivery(Base):
+    """A GitHub webhook delivery that passed signature verification; its id makes redeliveries no-ops."""
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    github_delivery_id: Mapped[str] = mapped_column(String(100), unique=True)
+    event: Mapped[str] = mapped_column(String(50))
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
+    status: Mapped[DeliveryStatus] = mapped_column(_enum(DeliveryStatus, "delivery_status"))
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Run(Base):
+    """One execution of the suite (one profile) against one commit, with its lease and environment."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        # The sweeper: WHERE status IN ('queued', 'running') AND lease_expires_at < now().
+        Index(None, "status", "lease_expires_at"),
+        Index(None, "commit_id", "profile"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"))
+    profile: Mapped[str] = mapped_column(String(50))
+    status: Mapped[RunStatus] = mapped_column(_enum(RunStatus, "run_status"), default=RunStatus.queued)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_host: Mapped[str | None] = mapped_column(String(255))
+    device: Mapped[str | None] = mapped_column(String(255))
+    library_version: Mapped[str | None] = mapped_column(String(100))
+    torch_version: Mapped[str | None] = mapped_column(String(100))
+    python_version: Mapped[str | None] = mapped_column(String(100))
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    commit: Mapped[Commit] = relationship(back_populates="runs")
+    case_results: Mapped[list[CaseResult]] = relationship(back_populates="run", passive_deletes=True)
+
+
+class CaseResult(Base):
+    """The result of one suite case in one run (the suite's JSON result, one row per case)."""
+
+    __tablename__ = "case_results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "case_id"),
+        # History of a case over runs (and so over commits): WHERE case_id = ? ORDER BY run_id.
+        Index(None, "case_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    case_id: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[Verdict] = mapped_column(_enum(Verdict, "verdict"))
+    lossless: Mapped[bool | None]
+    conformance: Mapped[bool | None]
+    n_trials: Mapped[int | None] = mapped_column(Integer)
+    e_value: Mapped[float | None] = mapped_column(Double)
+    log_e_value: Mapped[float | None] = mapped_column(Double)
+    p_value: Mapped[float | None] = mapped_column(Double)
+    threshold: Mapped[float | None] = mapped_column(Double)
+    tv_estimate: Mapped[float | None] = mapped_column(Double)
+    tv_low: Mapped[float | None] = mapped_column(Double)
+    tv_high: Mapped[float | None] = mapped_column(Double)
+    acceptance_observed: Mapped[float | None] = mapped_column(Double)
+    acceptance_expected: Mapped[float | None] = mapped_column(Double)
+    counts_digest: Mapped[str | None] = mapped_column(String(128))
+    fingerprint: Mapped[str | None] = mapped_column(String(128))
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    device: Mapped[str | None] = mapped_column(String(255))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    run: Mapped[Run] = relationship(back_populates="case_results")

@@ -1,0 +1,50 @@
+"""The control plane's one settings object, read from ``SPECWATCH_*`` environment variables (or ``.env``).
+
+Build it with :func:`get_settings` (cached, never at import time); tests build their own ``Settings(...)``.
+Secrets have no default and are refused when empty outside ``dev``/``test``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Environment(StrEnum):
+    dev = "dev"
+    test = "test"
+    prod = "prod"
+
+
+class Settings(BaseSettings):
+    """specwatch control-plane settings; every field is ``SPECWATCH_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECWATCH_", env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    env: Environment = Environment.dev
+    database_url: str = "sqlite:///./specwatch.db"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Verifies X-Hub-Signature-256 on GitHub webhooks. Empty unless set, and refused empty outside dev/test:
+    # an empty secret would accept forged pushes.
+    webhook_secret: SecretStr = SecretStr("")
+    github_token: SecretStr | None = None
+    slack_webhook_url: SecretStr | None = None
+    dashboard_url: str = "http://127.0.0.1:8000"
+
+    @model_validator(mode="after")
+    def _secrets_required_outside_dev(self) -> Settings:
+        if self.env not in (Environment.dev, Environment.test) and not self.webhook_secret.get_secret_value():
+            raise ValueError(
+                f"SPECWATCH_WEBHOOK_SECRET is empty but SPECWATCH_ENV={self.env.value}: "
+                "set it to the secret configured on the GitHub webhook (required outside dev/test)"
+            )
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, built on first use from the environment."""
+    return Settings()

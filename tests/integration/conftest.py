@@ -1,0 +1,83 @@
+"""Integration fixtures: real PostgreSQL (scratch databases, dropped at the end) and SQLite files.
+
+PostgreSQL is ``SPECWATCH_TEST_POSTGRES_URL`` (default: the local server, user postgres, database
+``test``); each scratch database is created from it as ``specwatch_test_<random>``. An unreachable server
+fails the tests: integration tests never skip silently.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTGRES_URL = os.environ.get("SPECWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Engine]:
+    """An AUTOCOMMIT engine on the maintenance database, to create and drop scratch databases."""
+    engine = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        engine.dispose()
+        pytest.fail(
+            f"PostgreSQL is unreachable at {make_url(POSTGRES_URL).render_as_string(hide_password=True)} "
+            f"(set SPECWATCH_TEST_POSTGRES_URL or start the server): {exc.orig}",
+            pytrace=False,
+        )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def create_postgres_database(postgres_admin: Engine) -> Iterator[Callable[[], str]]:
+    """A factory of empty scratch databases (``specwatch_test_<random>``); all are dropped at the end."""
+    created: list[str] = []
+
+    def create() -> str:
+        name = f"specwatch_test_{secrets.token_hex(6)}"
+        with postgres_admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        created.append(name)
+        return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+
+    yield create
+    with postgres_admin.connect() as connection:
+        for name in created:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database on each backend: a fresh SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'specwatch.db'}"
+    create: Callable[[], str] = request.getfixturevalue("create_postgres_database")
+    return create()
+
+
+@pytest.fixture
+def alembic_config(empty_database_url: str) -> Config:
+    """The project's alembic.ini pointed at ``empty_database_url``, leaving pytest's logging alone."""
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", empty_database_url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+@pytest.fixture
+def migrated_database_url(empty_database_url: str, alembic_config: Config) -> str:
+    """An empty database on each backend, built the only way tables are built: ``alembic upgrade head``."""
+    command.upgrade(alembic_config, "head")
+    return empty_database_url
