@@ -218,7 +218,7 @@ def unbiased_divergence(counts: NDArray[np.int64], p0: NDArray[np.float64]) -> f
 
 def mutant_laws(case: Case, sampler: Sampler, trials: int, seed: int) -> dict[str, CheckLaw]:
     """Monte Carlo estimate of the mutant's law on every check of ``case``."""
-    experiment = ChainExperiment(case.make_step(), sampler)
+    experiment = ChainExperiment(case.step(), sampler)
     generator = torch.Generator().manual_seed(seed)
     chunk_trials = max(trials // MC_CHUNKS, 2)
     chunks: list[dict[str, NDArray[np.int64]]] = []
@@ -379,7 +379,7 @@ def batch_sizes(total: int, first: int, largest: int) -> list[int]:
 
 
 def time_bare(case: Case, sizes: Sequence[int], seed: int) -> float:
-    step = case.make_step()
+    step = case.step()
     generator = torch.Generator().manual_seed(seed)
     reference_sampler(step, sizes[0], generator)  # warm-up (processed probabilities are cached)
     started = time.perf_counter()

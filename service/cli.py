@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.targets_cli import targets_app
+
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
 app = typer.Typer(help="specwatch: continuous monitoring of speculative-decoding losslessness.", no_args_is_help=True)
@@ -37,6 +39,9 @@ class Device(StrEnum):
 @app.callback()
 def _root() -> None:
     """specwatch command line."""
+
+
+app.add_typer(targets_app, name="targets")
 
 
 def suite_command(args: list[str]) -> list[str]:

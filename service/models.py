@@ -165,6 +165,12 @@ class Delivery(Base):
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
     status: Mapped[DeliveryStatus] = mapped_column(_enum(DeliveryStatus, "delivery_status"))
     reason: Mapped[str | None] = mapped_column(Text)
+    # What a push moved (None for other events): the ref, its old and new head, and whether it was forced
+    # (history rewritten: commits recorded before may no longer be on the branch).
+    ref: Mapped[str | None] = mapped_column(String(255))
+    before_sha: Mapped[str | None] = mapped_column(String(64))
+    after_sha: Mapped[str | None] = mapped_column(String(64))
+    forced: Mapped[bool | None]
 
 
 class Run(Base):

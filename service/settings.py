@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -33,6 +33,13 @@ class Settings(BaseSettings):
     github_token: SecretStr | None = None
     slack_webhook_url: SecretStr | None = None
     dashboard_url: str = "http://127.0.0.1:8000"
+    # Larger webhook bodies are refused (413) while they are read. GitHub caps payloads at 25 MB.
+    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    # The suite profile of runs queued by webhooks and pollers.
+    run_profile: str = Field(default="default", min_length=1, max_length=50)
+    # A queued run that no worker has started by then is re-enqueued by the sweeper (workers.sweep_runs):
+    # it repairs a lost message or an enqueue that failed after commit (broker down).
+    queued_lease_s: int = Field(default=15 * 60, gt=0)
 
     @model_validator(mode="after")
     def _secrets_required_outside_dev(self) -> Settings:

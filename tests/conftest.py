@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _cuda_available() -> bool:
     try:
-        import torch  # noqa: PLC0415 - torch is optional for the control plane's tests
+        import torch
     except ImportError:
         return False
     return bool(torch.cuda.is_available())

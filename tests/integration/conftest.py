@@ -1,5 +1,9 @@
 """Integration fixtures: real PostgreSQL (scratch databases, dropped at the end) and SQLite files.
 
+Tests that only need tables use :func:`rolled_back_factory`: one migrated database per test process, each
+test inside a transaction rolled back at the end. Tests that must see real commits create their own
+database with :func:`create_migrated_postgres_database`.
+
 PostgreSQL is ``SPECWATCH_TEST_POSTGRES_URL`` (default: the local server, user postgres, database
 ``test``); each scratch database is created from it as ``specwatch_test_<random>``. An unreachable server
 fails the tests: integration tests never skip silently.
@@ -17,6 +21,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_URL = os.environ.get("SPECWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -81,3 +88,44 @@ def migrated_database_url(empty_database_url: str, alembic_config: Config) -> st
     """An empty database on each backend, built the only way tables are built: ``alembic upgrade head``."""
     command.upgrade(alembic_config, "head")
     return empty_database_url
+
+
+def migrate(url: str) -> None:
+    """``alembic upgrade head`` on ``url``, leaving pytest's logging alone."""
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    command.upgrade(config, "head")
+
+
+@pytest.fixture(scope="session")
+def create_migrated_postgres_database(create_postgres_database: Callable[[], str]) -> Callable[[], str]:
+    """A factory of scratch PostgreSQL databases migrated to head (dropped at the end); returns the URL."""
+
+    def create() -> str:
+        url = create_postgres_database()
+        migrate(url)
+        return url
+
+    return create
+
+
+@pytest.fixture(scope="session")
+def postgres_engine(create_migrated_postgres_database: Callable[[], str]) -> Iterator[Engine]:
+    """An engine on a migrated scratch PostgreSQL database shared by the tests of one process; tests
+    isolate themselves with :func:`rolled_back_factory` (or use a database of their own)."""
+    engine = make_engine(create_migrated_postgres_database())
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def rolled_back_factory(postgres_engine: Engine) -> Iterator[sessionmaker[Session]]:
+    """Sessions inside one transaction that is rolled back after the test (STYLE.md #11): their commits
+    release savepoints, so code under test commits as usual and the test leaves nothing behind."""
+    with postgres_engine.connect() as connection:
+        transaction = connection.begin()
+        try:
+            yield sessionmaker(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        finally:
+            transaction.rollback()

@@ -21,6 +21,7 @@ from workers.suite.mutants import MUTANTS
 from workers.suite.results import CaseResult, Verdict
 from workers.suite.runner import Progress, SuiteConfig, run_suite
 from workers.suite.targets import TargetError, resolve
+from workers.suite.targets.install import pip_install, rerun_with, source_path
 
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
@@ -44,7 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run cases against a target")
-    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function")
+    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function | transformers")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument(
+        "--pip", default=None, metavar="REQ", help="test this release (e.g. transformers==4.46.3), installed in an isolated cache"
+    )
+    where.add_argument("--source", default=None, metavar="PATH", help="test a source checkout (its src/ first on PYTHONPATH)")
     run.add_argument("--cases", action="append", default=[], metavar="GLOB", help="case id glob (repeatable)")
     run.add_argument("--quick", action="store_true", help="test every case at TV >= 0.1 (fewer trials)")
     run.add_argument("--alpha", type=_positive_float, default=1e-4, help="family-wise false-alarm rate of the run")
@@ -88,10 +94,28 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
     )
 
 
-def _run(args: argparse.Namespace) -> int:
+def _without(argv: list[str], option: str) -> list[str]:
+    """argv with ``option VALUE`` / ``option=VALUE`` removed."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(f"{option}="):
+            out.append(arg)
+    return out
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.pip or args.source:
+        _config(args)  # usage errors first, before any install
+        path = pip_install(args.pip) if args.pip else source_path(args.source)
+        return rerun_with(path, _without(argv, "--pip" if args.pip else "--source"))
     config = _config(args)
     target = resolve(args.target)
-    cases = select(args.cases)
+    cases = tuple(c for c in select(args.cases, target.cases) if c.quick or not args.quick)
     if not cases:
         raise UsageError(f"no case matches {' '.join(args.cases)!r}; see `python -m workers.suite list`")
     torch.set_num_threads(1)
@@ -111,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         target.sampler,
         config,
         target=target.spec,
+        library=target.library,
         progress=progress if args.events else None,
         on_result=on_result if args.events else None,
     )
@@ -125,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
@@ -138,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "mutants":
             print(json.dumps([{"name": m.name, "lossless": m.lossless, "description": m.description} for m in MUTANTS.values()], indent=2))
             return EXIT_PASS
-        return _run(args)
+        return _run(args, argv)
     except (UsageError, TargetError, OSError) as exc:
         message = str(exc)
         if getattr(args, "events", False):

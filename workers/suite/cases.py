@@ -24,16 +24,32 @@ NEG_INF = float("-inf")
 @dataclass(frozen=True)
 class Case:
     """One reproducible experiment: an id, a family, the TV distance it is designed to detect and
-    the fixture it runs the sampler on."""
+    either a chain-step fixture (direct cases, run through the target's sampler) or an experiment
+    factory (end-to-end cases contributed by a library adapter). ``skip_reason`` marks a case the
+    target cannot run (e.g. a code path its version lacks)."""
 
     id: str
     family: str
     description: str
     epsilon: float
-    make_step: Callable[[], SpecStep]
+    make_step: Callable[[], SpecStep] | None = None
+    make_experiment: Callable[[torch.device], Experiment] | None = None
+    skip_reason: str | None = None
+    #: Part of the ``--quick`` profile.
+    quick: bool = True
 
     def build(self, sampler: Sampler, device: torch.device) -> Experiment:
+        if self.make_experiment is not None:
+            return self.make_experiment(device)
+        if self.make_step is None:
+            raise ValueError(f"case {self.id} has neither a fixture nor an experiment")
         return ChainExperiment(self.make_step().to(device), sampler)
+
+    def step(self) -> SpecStep:
+        """The chain-step fixture of a direct case."""
+        if self.make_step is None:
+            raise ValueError(f"case {self.id} is not a direct case")
+        return self.make_step()
 
 
 def _rng(name: str) -> np.random.Generator:

@@ -62,6 +62,10 @@ class Experiment(Protocol):
     @property
     def expected_acceptance(self) -> float | None: ...
 
+    @property
+    def fixed_trials(self) -> int | None:
+        """A fixed number of trials (deterministic checks), or None to let the planner size the cap."""
+
     def run(self, n: int, generator: torch.Generator) -> Observation: ...
 
 
@@ -100,6 +104,10 @@ class ChainExperiment:
     @property
     def expected_acceptance(self) -> float:
         return self._law.expected_accepted
+
+    @property
+    def fixed_trials(self) -> None:
+        return None
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         out = self.sampler(self.step, n, generator)

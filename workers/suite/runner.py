@@ -186,9 +186,12 @@ def run_case(
     threshold = rejection_threshold(config.alpha, tests_in_run)
     designed = [c for c in experiment.checks if c.reach >= MIN_DESIGN_REACH]
     wanted = max((plan_test(c.support, c.reach, epsilon, 1.0 / threshold, config.beta).trials() for c in designed), default=0.0)
-    cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+    if experiment.fixed_trials is not None:
+        cap = experiment.fixed_trials
+    else:
+        cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
     state = _CaseState(experiment.checks, math.log(threshold))
-    batch = config.first_batch
+    batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
     timed_out = False
     while state.trials < cap and not state.done():
         n = min(batch, cap - state.trials)
@@ -316,6 +319,8 @@ def _reason(
                 f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
                 f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
             )
+    if not checks:
+        return f"every deterministic check held in {state.trials} trials"
     if not powered:
         worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed), default=math.inf)
         return (
@@ -327,14 +332,24 @@ def _reason(
 
 def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:
     tail = "".join(traceback.format_exception(exc))[-2000:]
+    return _empty_result(
+        case, config, tests_in_run, verdict=Verdict.ERROR, reason=f"{type(exc).__name__}: {exc}\n{tail}", duration=duration
+    )
+
+
+def skipped_result(case: Case, config: SuiteConfig, tests_in_run: int, reason: str) -> CaseResult:
+    return _empty_result(case, config, tests_in_run, verdict=Verdict.SKIPPED, reason=reason, duration=0.0)
+
+
+def _empty_result(case: Case, config: SuiteConfig, tests_in_run: int, *, verdict: Verdict, reason: str, duration: float) -> CaseResult:
     return CaseResult(
         case_id=case.id,
         family=case.family,
         description=case.description,
-        verdict=Verdict.ERROR,
-        reason=f"{type(exc).__name__}: {exc}\n{tail}",
-        lossless=Verdict.ERROR,
-        conformance=Verdict.ERROR,
+        verdict=verdict,
+        reason=reason,
+        lossless=verdict,
+        conformance=verdict,
         n_trials=0,
         trial_cap=0,
         powered=False,
@@ -360,6 +375,7 @@ def run_suite(
     config: SuiteConfig,
     *,
     target: str = "reference",
+    library: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
 ) -> RunResult:
@@ -367,15 +383,28 @@ def run_suite(
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     device = torch.device(config.device)
-    experiments = [case.build(sampler, device) for case in cases]
-    tests = sum(len(e.checks) for e in experiments)
-    results: list[CaseResult] = []
-    for index, (case, experiment) in enumerate(zip(cases, experiments, strict=True)):
-        case_started = time.perf_counter()
+    built: list[Experiment | BaseException | None] = []
+    for case in cases:
+        if case.skip_reason is not None:
+            built.append(None)
+            continue
         try:
-            result = run_case(case, experiment, config, tests, index=index, total=len(cases), progress=progress)
-        except Exception as exc:  # noqa: BLE001 - a crashing target is recorded as an error result
-            result = error_result(case, config, tests, exc, time.perf_counter() - case_started)
+            built.append(case.build(sampler, device))
+        except Exception as exc:  # noqa: BLE001 - a target that cannot set a case up is that case's error
+            built.append(exc)
+    tests = max(1, sum(len(e.checks) for e in built if e is not None and not isinstance(e, BaseException)))
+    results: list[CaseResult] = []
+    for index, (case, experiment) in enumerate(zip(cases, built, strict=True)):
+        case_started = time.perf_counter()
+        if experiment is None:
+            result = skipped_result(case, config, tests, case.skip_reason or "skipped")
+        elif isinstance(experiment, BaseException):
+            result = error_result(case, config, tests, experiment, 0.0)
+        else:
+            try:
+                result = run_case(case, experiment, config, tests, index=index, total=len(cases), progress=progress)
+            except Exception as exc:  # noqa: BLE001 - a crashing target is recorded as an error result
+                result = error_result(case, config, tests, exc, time.perf_counter() - case_started)
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -392,7 +421,7 @@ def run_suite(
         tests=tests,
         seed=config.seed,
         device=device_name(config.device),
-        environment=environment(),
+        environment={**environment(), **({f"library_{k}": v for k, v in library.items()} if library else {})},
         started_at=started_at,
         duration_s=round(time.perf_counter() - started, 3),
         results=frozen,

@@ -1,6 +1,7 @@
-"""Targets: what the suite tests. ``reference``, ``mutant:NAME`` or ``module:function``.
+"""Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
+adapter (``transformers``: the installed package, whatever version is importable).
 
-Adapters for real libraries (transformers, ...) live beside this module.
+Adapters for real libraries live beside this module.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import importlib
 import inspect
 from dataclasses import dataclass
 
+from workers.suite.cases import CASES, Case
 from workers.suite.mutants import MUTANTS
 from workers.suite.sampling import Sampler, reference_sampler
 
@@ -19,14 +21,26 @@ class TargetError(Exception):
 
 @dataclass(frozen=True)
 class Target:
+    """A sampler for direct cases, the case catalogue it runs, and the library it comes from."""
+
     spec: str
     sampler: Sampler
+    cases: tuple[Case, ...] = CASES
+    library: dict[str, str] | None = None
 
 
 def resolve(spec: str) -> Target:
     """Load the sampler a target spec names; raises TargetError with a one-line reason."""
     if spec == "reference":
         return Target(spec, reference_sampler)
+    if spec == "transformers":
+        from workers.suite.targets.transformers import AdapterError, TransformersAdapter  # noqa: PLC0415 - optional library
+
+        try:
+            adapter = TransformersAdapter.load()
+            return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+        except AdapterError as exc:
+            raise TargetError(str(exc)) from exc
     if spec.startswith("mutant:"):
         name = spec.removeprefix("mutant:")
         if name not in MUTANTS:

@@ -16,7 +16,7 @@ DIRECT = [c for c in CASES if c.family == "direct"]
 
 @pytest.mark.parametrize("case", DIRECT, ids=lambda c: c.id)
 def test_law_identities(case):
-    law = case.make_step().law
+    law = case.step().law
     # Losslessness of the formula: accepted mass plus excess is p at every draft position.
     np.testing.assert_allclose(law.accept_mass + law.excess, law.p[: law.gamma], atol=1e-15)
     assert law.k_law.sum() == pytest.approx(1.0)
@@ -74,7 +74,7 @@ def test_exact_laws_match_monte_carlo(case_id):
     Fixed seed; each p-value must exceed 1e-6 (Bonferroni over ~20 comparisons keeps this far from flaky).
     """
     case = next(c for c in CASES if c.id == case_id)
-    step = case.make_step()
+    step = case.step()
     law = step.law
     out = reference_sampler(step, 200_000, torch.Generator().manual_seed(7))
     k, tokens = out.n_accepted.numpy(), out.tokens.numpy()
@@ -93,7 +93,7 @@ def test_exact_laws_match_monte_carlo(case_id):
 
 def test_monte_carlo_would_catch_a_wrong_law():
     """The comparison above is not vacuous: the same data fail against a slightly wrong K law."""
-    step = next(c for c in CASES if c.id == "direct/far_apart/V8/g3").make_step()
+    step = next(c for c in CASES if c.id == "direct/far_apart/V8/g3").step()
     out = reference_sampler(step, 200_000, torch.Generator().manual_seed(7))
     wrong = step.law.k_law.copy()
     wrong[0] -= 0.01

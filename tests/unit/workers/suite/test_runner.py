@@ -35,8 +35,8 @@ def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
     rejections = 0
     for seed in range(runs):
         result = run_case(TINY, experiment, SuiteConfig(alpha=alpha, seed=seed), tests)
-        assert result.n_trials == result.trial_cap
         rejections += result.verdict == Verdict.FAIL
+        assert result.verdict == Verdict.FAIL or result.n_trials == result.trial_cap
     upper = stats.binomtest(rejections, runs).proportion_ci(confidence_level=0.999, method="exact").high
     assert upper <= alpha, f"{rejections} false alarms in {runs} runs"
 
@@ -116,6 +116,6 @@ def test_the_cap_is_sized_by_the_planner_and_limited_by_max_trials():
 
 def test_acceptance_is_reported_against_its_expectation():
     result = run_suite(select(["direct/close/V64/g5"]), reference_sampler, SuiteConfig()).results[0]
-    assert result.acceptance.expected == pytest.approx(CASES[4].make_step().law.expected_accepted)
+    assert result.acceptance.expected == pytest.approx(CASES[4].step().law.expected_accepted)
     assert result.acceptance.observed == pytest.approx(result.acceptance.expected, abs=0.02)
     assert np.isfinite(result.tv_ci[1])

@@ -14,7 +14,7 @@ N = 20_000
 
 
 def _case_step(case_id: str) -> SpecStep:
-    return next(c for c in CASES if c.id == case_id).make_step()
+    return next(c for c in CASES if c.id == case_id).step()
 
 
 def _run(step: SpecStep, seed: int = 0) -> SpecOutput:
@@ -83,7 +83,7 @@ def test_p_zero_where_q_positive_is_drafted_but_never_emitted():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_output_invariants_hold_for_the_reference(case):
-    step = case.make_step()
+    step = case.step()
     out = reference_sampler(step, 4096, torch.Generator().manual_seed(1))
     k, tokens, drafts = out.n_accepted, out.tokens, out.drafts
     cols = torch.arange(step.gamma + 1)

@@ -1,0 +1,90 @@
+"""The REST API: targets (``GET /targets``, ``POST /targets``, ``DELETE /targets/{name}``).
+
+Routes validate with :mod:`service.targets` (the same rules and messages as the CLI) and work on the
+request's session, which commits when the route returns (:mod:`service.deps`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.deps import SessionDep
+from service.models import CommitPolicy, InstallMode, Target
+from service.targets import TargetError, TargetExistsError, TargetNotFoundError, add_target, list_targets, make_spec, remove_target
+
+router = APIRouter(tags=["targets"])
+
+
+class TargetIn(BaseModel):
+    """A target to watch. ``poll`` is a duration such as ``5m`` (``null``: webhooks only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    repo_url: str
+    branches: list[str] = Field(min_length=1)
+    adapter: str
+    install_mode: InstallMode = InstallMode.source
+    poll: str | None = None
+    commit_policy: CommitPolicy = CommitPolicy.head
+
+
+class TargetOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    repo_url: str
+    branches: list[str]
+    adapter: str
+    install_mode: InstallMode
+    poll_interval_s: int | None
+    commit_policy: CommitPolicy
+    created_at: datetime | None
+
+
+def _out(target: Target) -> TargetOut:
+    return TargetOut.model_validate(target)
+
+
+@router.get("/targets")
+def get_targets(session: SessionDep) -> list[TargetOut]:
+    """Every watched target, by name."""
+    return [_out(target) for target in list_targets(session)]
+
+
+@router.post(
+    "/targets",
+    status_code=status.HTTP_201_CREATED,
+    responses={409: {"description": "a target with that name exists"}, 422: {"description": "invalid target"}},
+)
+def post_target(body: TargetIn, session: SessionDep) -> TargetOut:
+    """Watch a new target."""
+    try:
+        spec = make_spec(
+            name=body.name,
+            repo_url=body.repo_url,
+            branches=body.branches,
+            adapter=body.adapter,
+            install_mode=body.install_mode,
+            poll=body.poll,
+            commit_policy=body.commit_policy,
+        )
+        target = add_target(session, spec)
+    except TargetExistsError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except TargetError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    session.refresh(target)
+    return _out(target)
+
+
+@router.delete("/targets/{name}", status_code=status.HTTP_204_NO_CONTENT, responses={404: {"description": "no such target"}})
+def delete_target(name: str, session: SessionDep) -> None:
+    """Stop watching a target and delete its history (commits, runs, results)."""
+    try:
+        remove_target(session, name)
+    except TargetNotFoundError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None

@@ -1,0 +1,427 @@
+"""GitHub webhooks: ``POST /webhooks/github`` turns a push into recorded commits and queued runs.
+
+In order, for every request (DESIGN.md "Service"):
+
+1. the raw body is read with a size limit (413 while reading, nothing parsed);
+2. ``X-Hub-Signature-256`` is checked against an HMAC-SHA256 of the raw body with the webhook secret, in
+   constant time, before anything is parsed (401);
+3. the body is parsed (400 for bad JSON or a payload that is not shaped as GitHub sends it);
+4. the delivery (``X-GitHub-Delivery``, unique) is recorded with what it led to, and for a push to a
+   watched branch of a registered target: its commits and the runs the target's commit policy asks for,
+   all in the request's one transaction; a redelivery changes nothing;
+5. after the commit, the runs are enqueued by id (:func:`service.queue.enqueue_runs`, a background task run
+   after the response): ``ping`` → 200, everything else → 202 with what happened and why.
+
+Nothing is stored for a rejected request (401, 400, 413): the request's transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Request, Response, status
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from service.deps import ProducerDep, SessionDep, SettingsDep, app_settings
+from service.models import Commit, CommitPolicy, Delivery, DeliveryStatus, InstallMode, Run, RunStatus, Target
+from service.queue import enqueue_runs
+from service.targets import repo_key
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+EVENT_HEADER = "X-GitHub-Event"
+DELIVERY_HEADER = "X-GitHub-Delivery"
+BRANCH_PREFIX = "refs/heads/"
+TAG_PREFIX = "refs/tags/"
+ZERO_SHA = frozenset({"0" * 40, "0" * 64})
+AUTHOR_MAX, DELIVERY_ID_MAX, EVENT_MAX = 255, 100, 50
+
+router = APIRouter(tags=["webhooks"])
+
+
+# --- 1. the body, within the limit -------------------------------------------------------------------
+
+
+async def read_limited_body(request: Request) -> bytes:
+    """The raw request body, refused with 413 as soon as it is known to exceed the limit: from
+    ``Content-Length`` before reading, and while streaming (a missing or false ``Content-Length``)."""
+    limit = app_settings(request).webhook_max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
+        if int(declared) > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --- 2. the signature ----------------------------------------------------------------------------------
+
+
+class SignatureError(Exception):
+    """The request is not signed with our webhook secret."""
+
+
+def signature(secret: str, body: bytes) -> str:
+    """The ``X-Hub-Signature-256`` value GitHub sends for ``body``: ``sha256=<hex HMAC-SHA256>``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(secret: str, body: bytes, header: str | None) -> None:
+    """Raise :class:`SignatureError` unless ``header`` is the HMAC-SHA256 of ``body`` (constant-time compare)."""
+    if not secret:
+        raise SignatureError("webhooks are refused: SPECWATCH_WEBHOOK_SECRET is not set")
+    if not header:
+        raise SignatureError(f"missing {SIGNATURE_HEADER}")
+    if not hmac.compare_digest(header.strip().encode(), signature(secret, body).encode()):
+        raise SignatureError(f"{SIGNATURE_HEADER} does not match the body")
+
+
+# --- 3. the payload ------------------------------------------------------------------------------------
+
+Sha = Annotated[str, StringConstraints(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class PushAuthor(_Payload):
+    name: str | None = None
+    email: str | None = None
+    username: str | None = None
+
+
+class PushCommit(_Payload):
+    id: Sha
+    message: str | None = None
+    timestamp: datetime | None = None
+    author: PushAuthor | None = None
+    distinct: bool = True
+
+
+class PushRepository(_Payload):
+    full_name: str | None = None
+    clone_url: str | None = None
+    html_url: str | None = None
+    ssh_url: str | None = None
+    git_url: str | None = None
+    url: str | None = None
+
+
+class PushEvent(_Payload):
+    """The fields of GitHub's ``push`` payload that specwatch uses."""
+
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    before: Sha
+    after: Sha
+    created: bool = False
+    deleted: bool = False
+    forced: bool = False
+    commits: list[PushCommit] = []
+    head_commit: PushCommit | None = None
+    repository: PushRepository
+
+    def repo_keys(self) -> set[str]:
+        """Every normal form (:func:`service.targets.repo_key`) under which this repository may be registered."""
+        repo = self.repository
+        urls = [repo.clone_url, repo.html_url, repo.ssh_url, repo.git_url, repo.url]
+        if repo.full_name:
+            host = (repo_key(repo.html_url or "") or "github.com/").split("/", 1)[0] or "github.com"
+            urls.append(f"https://{host}/{repo.full_name}")
+        return {key for url in urls if url and (key := repo_key(url)) is not None}
+
+    def pushed_commits(self) -> list[PushCommit]:
+        """The commits the push brought, oldest first, ending with the new head (when it is known)."""
+        commits = list(self.commits)
+        seen = {c.id for c in commits}
+        if self.head_commit is not None and self.head_commit.id not in seen:
+            commits.append(self.head_commit)
+        elif self.head_commit is None and self.after not in seen and self.after not in ZERO_SHA:
+            commits.append(PushCommit(id=self.after))
+        return commits
+
+
+class PayloadError(ValueError):
+    """The body is not a payload as GitHub sends it."""
+
+
+def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
+    """The JSON object in ``body`` (``application/json``, or ``payload=`` in a form-encoded body)."""
+    try:
+        text = body.decode()
+        if (content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
+            text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
+        payload = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PayloadError(f"body is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise PayloadError("body is not a JSON object")
+    return payload
+
+
+def parse_push(payload: dict[str, Any]) -> PushEvent:
+    try:
+        return PushEvent.model_validate(payload)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])
+        raise PayloadError(f"not a GitHub push payload: {problems}") from exc
+
+
+# --- 4. recording ----------------------------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    accepted = "accepted"
+    ignored = "ignored"
+    duplicate = "duplicate"
+
+
+@dataclass
+class Ingested:
+    """What a delivery led to: the runs to enqueue once the transaction has committed."""
+
+    outcome: Outcome
+    reason: str | None = None
+    commits: int = 0
+    run_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How new runs are made: the suite profile, and the lease after which the sweeper re-enqueues them."""
+
+    profile: str
+    queued_lease: timedelta
+
+
+def ingest(session: Session, *, delivery_id: str, event: str, payload: dict[str, Any], options: RunOptions) -> Ingested:
+    """Record one verified delivery and what it leads to (flushed, not committed); a redelivery is a no-op.
+
+    Raises :class:`PayloadError` (before anything is added) when a ``push`` payload is malformed.
+    """
+    push = parse_push(payload) if event == "push" else None
+    if session.scalar(select(Delivery.id).where(Delivery.github_delivery_id == delivery_id)) is not None:
+        return Ingested(Outcome.duplicate, f"delivery {delivery_id} was already processed")
+    values: dict[str, Any] = {"github_delivery_id": delivery_id, "event": event, "status": DeliveryStatus.ignored}
+    if push is not None:
+        values.update(ref=push.ref, before_sha=push.before, after_sha=push.after, forced=push.forced)
+    delivery = _insert_delivery(session, values)
+    if delivery is None:
+        return Ingested(Outcome.duplicate, f"delivery {delivery_id} was already processed")
+
+    if event == "ping":
+        result = Ingested(Outcome.ignored, f"ping (zen: {payload.get('zen', '')!s})")
+    elif push is None:
+        result = Ingested(Outcome.ignored, f"event {event!r} is not handled")
+    else:
+        result = ingest_push(session, push, options)
+    delivery.status = DeliveryStatus.accepted if result.outcome is Outcome.accepted else DeliveryStatus.ignored
+    delivery.reason = result.reason
+    session.flush()
+    return result
+
+
+def _insert_delivery(session: Session, values: dict[str, Any]) -> Delivery | None:
+    """Insert the delivery unless its id is taken (then ``None``): ``INSERT .. ON CONFLICT DO NOTHING``.
+
+    A concurrent request with the same id waits for the other's transaction and then inserts nothing. This
+    avoids a savepoint, which on SQLite (pysqlite) would commit the outer transaction when released.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect not in ("postgresql", "sqlite"):
+        delivery = Delivery(**values)
+        session.add(delivery)
+        session.flush()
+        return delivery
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(Delivery).values(values).on_conflict_do_nothing(index_elements=[Delivery.github_delivery_id])
+    delivery_id = session.scalar(statement.returning(Delivery.id))
+    return None if delivery_id is None else session.get_one(Delivery, delivery_id)
+
+
+def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Ingested:
+    """Record a push's commits for every source-installed target that watches its repository and branch,
+    and queue runs for those the targets' commit policies select."""
+    if push.ref.startswith(TAG_PREFIX):
+        return Ingested(Outcome.ignored, f"tag push {push.ref}: tags are not tested from pushes")
+    if not push.ref.startswith(BRANCH_PREFIX):
+        return Ingested(Outcome.ignored, f"ref {push.ref} is not a branch")
+    branch = push.ref.removeprefix(BRANCH_PREFIX)
+    if push.deleted or push.after in ZERO_SHA:
+        return Ingested(Outcome.ignored, f"branch {branch} was deleted")
+
+    keys = push.repo_keys()
+    matching = [t.id for t in session.scalars(select(Target)) if repo_key(t.repo_url) in keys]
+    repository = push.repository.full_name or push.repository.clone_url or "?"
+    if not matching:
+        return Ingested(Outcome.ignored, f"repository {repository} is not a registered target")
+    # Serialise pushes (and pollers) per target, so branch order is assigned once per commit.
+    targets = list(session.scalars(select(Target).where(Target.id.in_(matching)).order_by(Target.id).with_for_update()))
+    watching = [t for t in targets if branch in t.branches]
+    if not watching:
+        return Ingested(Outcome.ignored, f"branch {branch} of {repository} is not watched by {', '.join(t.name for t in targets)}")
+
+    result = Ingested(Outcome.ignored)
+    notes: list[str] = []
+    for target in watching:
+        if target.install_mode is not InstallMode.source:
+            notes.append(f"{target.name}: installs releases ({target.install_mode.value}), pushes are not tested")
+            continue
+        recorded, run_ids = _record_push(session, target, branch, push, options)
+        result.commits += recorded
+        result.run_ids += run_ids
+        notes.append(f"{target.name}: {recorded} new commit(s), {len(run_ids)} run(s) queued")
+    forced = "forced push, " if push.forced else ""
+    result.reason = f"{forced}{branch} {push.before[:12]}..{push.after[:12]}: " + "; ".join(notes)
+    if result.commits or result.run_ids:
+        result.outcome = Outcome.accepted
+    return result
+
+
+def _record_push(session: Session, target: Target, branch: str, push: PushEvent, options: RunOptions) -> tuple[int, list[int]]:
+    """Add the push's unknown commits to ``target`` (in branch order) and runs per its policy."""
+    pushed = push.pushed_commits()
+    shas = [c.id for c in pushed]
+    known = {c.sha: c for c in session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.sha.in_(shas)))}
+    order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, Commit.branch == branch)) or 0
+    new = 0
+    for pushed_commit in pushed:
+        if pushed_commit.id in known:
+            continue
+        order += 1
+        commit = _commit(target, branch, order, pushed_commit)
+        session.add(commit)
+        known[commit.sha] = commit
+        new += 1
+    session.flush()
+
+    wanted = shas if target.commit_policy is CommitPolicy.every else [push.after]
+    commit_ids = [known[sha].id for sha in wanted]
+    tested = set(session.scalars(select(Run.commit_id).where(Run.commit_id.in_(commit_ids), Run.profile == options.profile)))
+    lease = datetime.now(UTC) + options.queued_lease
+    runs = [
+        Run(commit_id=commit_id, profile=options.profile, status=RunStatus.queued, lease_expires_at=lease)
+        for commit_id in dict.fromkeys(commit_ids)
+        if commit_id not in tested
+    ]
+    session.add_all(runs)
+    session.flush()
+    return new, [run.id for run in runs]
+
+
+def _commit(target: Target, branch: str, order: int, pushed: PushCommit) -> Commit:
+    """A commit as a push describes it. GitHub's push payload carries no parents; they stay unknown ([])."""
+    author = None
+    if pushed.author is not None and (pushed.author.name or pushed.author.email):
+        author = " ".join(filter(None, [pushed.author.name, f"<{pushed.author.email}>" if pushed.author.email else None]))
+        author = author[:AUTHOR_MAX]
+    committed_at = pushed.timestamp
+    if committed_at is not None and committed_at.tzinfo is None:
+        committed_at = committed_at.replace(tzinfo=UTC)
+    return Commit(
+        target_id=target.id,
+        sha=pushed.id,
+        parents=[],
+        branch=branch,
+        branch_order=order,
+        author=author,
+        committed_at=committed_at,
+        message=pushed.message,
+    )
+
+
+# --- 5. the route ------------------------------------------------------------------------------------------
+
+
+class WebhookAnswer(BaseModel):
+    delivery: str
+    event: str
+    outcome: Literal["accepted", "ignored", "duplicate"]
+    reason: str | None
+    commits: int
+    runs: list[int]
+
+
+def _required_header(request: Request, name: str, limit: int) -> str:
+    value = request.headers.get(name, "").strip()
+    if not value or len(value) > limit:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"missing or invalid {name} header")
+    return value
+
+
+@router.post(
+    "/webhooks/github",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        200: {"description": "ping"},
+        400: {"description": "malformed payload or headers"},
+        401: {"description": "bad or missing signature"},
+        413: {"description": "body over the size limit"},
+    },
+)
+def github_webhook(
+    *,
+    request: Request,
+    response: Response,
+    body: Annotated[bytes, Depends(read_limited_body)],
+    session: SessionDep,
+    settings: SettingsDep,
+    producer: ProducerDep,
+    background: BackgroundTasks,
+) -> WebhookAnswer:
+    """Receive a GitHub webhook: see the module docstring for the order of checks."""
+    try:
+        verify_signature(settings.webhook_secret.get_secret_value(), body, request.headers.get(SIGNATURE_HEADER))
+    except SignatureError as exc:
+        log.warning("webhook_rejected reason=%s delivery=%s", exc, request.headers.get(DELIVERY_HEADER))
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc)) from None
+    event = _required_header(request, EVENT_HEADER, EVENT_MAX)
+    delivery_id = _required_header(request, DELIVERY_HEADER, DELIVERY_ID_MAX)
+    try:
+        payload = parse_payload(body, request.headers.get("content-type"))
+        options = RunOptions(profile=settings.run_profile, queued_lease=timedelta(seconds=settings.queued_lease_s))
+        result = ingest(session, delivery_id=delivery_id, event=event, payload=payload, options=options)
+    except PayloadError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+    log.info(
+        "webhook delivery=%s event=%s outcome=%s commits=%s runs=%s reason=%s",
+        delivery_id,
+        event,
+        result.outcome.value,
+        result.commits,
+        result.run_ids,
+        result.reason,
+    )
+    if result.run_ids:
+        # Runs after the response, so after the request's transaction committed (see service.deps).
+        background.add_task(enqueue_runs, producer, result.run_ids)
+    if event == "ping":
+        response.status_code = status.HTTP_200_OK
+    return WebhookAnswer(
+        delivery=delivery_id,
+        event=event,
+        outcome=result.outcome.value,
+        reason=result.reason,
+        commits=result.commits,
+        runs=result.run_ids,
+    )

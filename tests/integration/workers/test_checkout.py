@@ -1,0 +1,91 @@
+"""workers.checkout against real git repositories: mirror once, fetch on demand, worktrees always removed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.toy_target import CORRECT, SWAPPED_RESIDUAL, ToyRepo, git
+from workers.checkout import CheckoutError, CommitNotFoundError, MirrorCache
+
+
+def worktrees(cache: MirrorCache, repo: ToyRepo) -> list[str]:
+    listing = git(cache.mirror_path(repo.url), "worktree", "list", "--porcelain")
+    return [line.removeprefix("worktree ") for line in listing.splitlines() if line.startswith("worktree ")]
+
+
+def test_a_worktree_holds_the_commit_and_is_removed_after(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    good = toy_repo.commit(CORRECT, "good")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "bad")
+    cache = MirrorCache(tmp_path / "mirrors")
+
+    with cache.worktree(toy_repo.url, good, tmp_path / "run-1" / "checkout") as checkout:
+        assert (checkout / "src" / "toy_lib" / "sampler.py").read_text() == CORRECT
+        assert git(checkout, "rev-parse", "HEAD") == good
+        assert len(worktrees(cache, toy_repo)) == 2
+    with cache.worktree(toy_repo.url, bad[:12], tmp_path / "run-2" / "checkout") as checkout:
+        assert (checkout / "src" / "toy_lib" / "sampler.py").read_text() == SWAPPED_RESIDUAL
+
+    assert not (tmp_path / "run-1" / "checkout").exists()
+    assert not (tmp_path / "run-2" / "checkout").exists()
+    assert worktrees(cache, toy_repo) == [str(cache.mirror_path(toy_repo.url))]
+    assert git(cache.mirror_path(toy_repo.url), "rev-parse", "--is-bare-repository") == "true"
+
+
+def test_the_worktree_is_removed_when_the_run_fails(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    sha = toy_repo.commit(CORRECT, "good")
+    cache = MirrorCache(tmp_path / "mirrors")
+    dest = tmp_path / "run" / "checkout"
+
+    with pytest.raises(RuntimeError, match="suite blew up"), cache.worktree(toy_repo.url, sha, dest):
+        raise RuntimeError("suite blew up")
+
+    assert not dest.exists()
+    assert worktrees(cache, toy_repo) == [str(cache.mirror_path(toy_repo.url))]
+
+
+def test_the_mirror_is_cloned_once_then_fetched_for_new_commits(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    first = toy_repo.commit(CORRECT, "first")
+    cache = MirrorCache(tmp_path / "mirrors")
+    with cache.worktree(toy_repo.url, first, tmp_path / "a"):
+        pass
+    mirror = cache.mirror_path(toy_repo.url)
+    marker = mirror / "specwatch-marker"
+    marker.write_text("the same mirror, not a new clone")
+
+    second = toy_repo.commit(SWAPPED_RESIDUAL, "second")
+    with cache.worktree(toy_repo.url, second, tmp_path / "b") as checkout:
+        assert (checkout / "src" / "toy_lib" / "sampler.py").read_text() == SWAPPED_RESIDUAL
+
+    assert marker.exists()
+    assert list((tmp_path / "mirrors").glob("*.git")) == [mirror]
+
+
+def test_a_commit_that_does_not_exist_is_a_clear_error(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    toy_repo.commit(CORRECT, "good")
+    cache = MirrorCache(tmp_path / "mirrors")
+    missing = "0123456789abcdef0123456789abcdef01234567"
+
+    with (
+        pytest.raises(CommitNotFoundError, match=f"commit {missing} does not exist in {toy_repo.url}"),
+        cache.worktree(toy_repo.url, missing, tmp_path / "run" / "checkout"),
+    ):
+        pytest.fail("no worktree for a missing commit")
+
+    assert not (tmp_path / "run" / "checkout").exists()
+
+
+@pytest.mark.parametrize("sha", ["--upload-pack=touch /tmp/pwned", "HEAD", "main", "abc"])
+def test_only_hex_commit_ids_reach_git(tmp_path: Path, toy_repo: ToyRepo, sha: str) -> None:
+    toy_repo.commit(CORRECT, "good")
+    with pytest.raises(CheckoutError, match="is not a commit id"), MirrorCache(tmp_path / "m").worktree(toy_repo.url, sha, tmp_path / "w"):
+        pass
+
+
+def test_an_unreachable_repository_is_a_clear_error(tmp_path: Path) -> None:
+    with (
+        pytest.raises(CheckoutError, match="git clone --mirror"),
+        MirrorCache(tmp_path / "m").worktree(str(tmp_path / "nowhere"), "a" * 40, tmp_path / "w"),
+    ):
+        pass

@@ -1,0 +1,113 @@
+"""Shared set-up of worker tests: a migrated PostgreSQL database, the SPECWATCH_* environment, toy runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import db
+from service.db import make_engine, session_scope
+from service.models import Commit, Run, Target
+from service.settings import get_settings
+from workers.settings import get_worker_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+# A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
+# 13 and above are left to the control plane's tests.
+REDIS_URL = f"redis://127.0.0.1:6379/{12 - int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
+# A secret that must never reach the code under test.
+WEBHOOK_SECRET = "super-secret-webhook-key"
+
+
+def migrate(url: str) -> None:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    command.upgrade(config, "head")
+
+
+def flush_redis() -> None:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def worker_environment(database_url: str, tmp_path: Path, **worker: str) -> dict[str, str]:
+    """SPECWATCH_* variables of a test worker: its database, its Redis, its directories, CPU, short leases."""
+    env = {
+        "SPECWATCH_ENV": "test",
+        "SPECWATCH_DATABASE_URL": database_url,
+        "SPECWATCH_REDIS_URL": REDIS_URL,
+        "SPECWATCH_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "SPECWATCH_WORKER_MIRROR_DIR": str(tmp_path / "mirrors"),
+        "SPECWATCH_WORKER_SCRATCH_DIR": str(tmp_path / "scratch"),
+        "SPECWATCH_WORKER_DEVICE": "cpu",
+        "SPECWATCH_WORKER_MEMORY_LIMIT_MB": "8192",
+    }
+    env.update({f"SPECWATCH_WORKER_{name.upper()}": value for name, value in worker.items()})
+    return env
+
+
+def clear_caches() -> None:
+    if db.get_engine.cache_info().currsize:
+        db.get_engine().dispose()
+    for cached in (get_settings, get_worker_settings, db.get_engine, db.session_factory):
+        cached.cache_clear()
+
+
+@contextmanager
+def configured(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Iterator[None]:
+    """This process configured as a worker by ``env`` (the tasks read settings, engine and factory lazily)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    clear_caches()
+    try:
+        yield
+    finally:
+        clear_caches()
+
+
+@contextmanager
+def session_maker(database_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(database_url)
+    try:
+        yield sessionmaker(bind=engine, expire_on_commit=False)
+    finally:
+        engine.dispose()
+
+
+def add_runs(
+    factory: sessionmaker[Session],
+    repo_url: str,
+    shas: Sequence[str],
+    *,
+    adapter: str,
+    profile: str = "smoke",
+    max_attempts: int = 3,
+) -> list[int]:
+    """A target for ``repo_url`` with one queued run per commit (as the control plane records them)."""
+    with session_scope(factory) as session:
+        target = session.scalars(select(Target).where(Target.repo_url == repo_url)).one_or_none()
+        if target is None:
+            target = Target(
+                name=f"toy-{len(repo_url)}-{abs(hash(repo_url)) % 10**6}", repo_url=repo_url, adapter=adapter, branches=["main"]
+            )
+        runs = []
+        for order, sha in enumerate(shas):
+            commit = Commit(target=target, sha=sha, branch="main", branch_order=order)
+            run = Run(commit=commit, profile=profile, max_attempts=max_attempts)
+            session.add(run)
+            runs.append(run)
+        session.flush()
+        return [run.id for run in runs]

@@ -1,0 +1,33 @@
+"""service.app: the factory builds a working app from settings alone; /healthz reports the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from service.app import create_app
+from service.settings import Settings
+
+
+def test_healthz_on_the_embedded_default(tmp_path: Path) -> None:
+    settings = Settings(env="test", database_url=f"sqlite:///{tmp_path / 'x.db'}", webhook_secret=SecretStr("s"))
+    with TestClient(create_app(settings)) as client:
+        answer = client.get("/healthz")
+    assert answer.status_code == 200
+    assert answer.json() == {"status": "ok"}
+
+
+def test_healthz_is_503_when_the_database_is_unreachable() -> None:
+    settings = Settings(env="test", database_url="postgresql+psycopg://postgres@127.0.0.1:1/nothing?connect_timeout=2")
+    with TestClient(create_app(settings)) as client:
+        answer = client.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.json() == {"status": "database unreachable"}
+
+
+def test_the_routes_are_mounted() -> None:
+    paths = create_app(Settings(env="test", database_url="sqlite://")).openapi()["paths"]
+    assert set(paths) == {"/healthz", "/webhooks/github", "/targets", "/targets/{name}"}
+    assert set(paths["/webhooks/github"]) == {"post"}

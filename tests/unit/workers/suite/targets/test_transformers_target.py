@@ -1,0 +1,99 @@
+"""The transformers target against the installed release (CI pins the newest installable one).
+
+The patched-bug tests put a known losslessness bug into the installed library's candidate generation
+and show that the matching end-to-end case fails while the unpatched library passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the transformers target needs transformers installed")  # CI installs it
+
+from workers.suite.cases import select
+from workers.suite.results import Verdict
+from workers.suite.runner import SuiteConfig, run_suite
+from workers.suite.targets import resolve
+from workers.suite.targets.transformers import TransformersAdapter
+
+
+@pytest.fixture(scope="module")
+def target():
+    return resolve("transformers")
+
+
+def test_the_adapter_detects_the_installed_release(target):
+    import transformers
+
+    assert target.library["version"] == transformers.__version__
+    adapter = TransformersAdapter.load()
+    assert adapter.features["speculative_sampling"]
+    assert adapter.features["assistant_model"]
+    assert adapter.features["prompt_lookup"]
+    ids = {c.id for c in target.cases}
+    assert {"e2e/control/plain", "e2e/assistant_model/processed", "e2e/greedy/assistant_model"} <= ids
+
+
+def _run(target, patterns):
+    return run_suite(select(patterns, target.cases), target.sampler, SuiteConfig(seed=3), target=target.spec, library=target.library)
+
+
+@pytest.mark.slow
+def test_quick_direct_cases_and_greedy_equivalence_pass(target):
+    run = _run(target, ["direct/transformers_target_distribution/*", "direct/far_apart/V8/g1", "e2e/greedy/*"])
+    assert run.verdict == Verdict.PASS, [r.reason for r in run.results if r.verdict != Verdict.PASS]
+    assert run.environment["library_name"] == "transformers"
+
+
+@pytest.mark.slow
+def test_end_to_end_assisted_sampling_passes_and_the_reference_law_is_right(target):
+    run = _run(target, ["e2e/control/processed", "e2e/assistant_model/processed"])
+    assert [r.verdict for r in run.results] == [Verdict.PASS, Verdict.PASS], [r.reason for r in run.results]
+
+
+def _raw_logits_as_q(monkeypatch):
+    """transformers #47932 class: the candidate generator samples from processed draft logits but
+    reports the raw (unprocessed) logits as q."""
+    from transformers.generation import candidate_generator
+
+    original = candidate_generator.AssistedCandidateGenerator._generate_candidates
+
+    def patched(self, generation_args):
+        ids, logits = original(self, generation_args)
+        if logits is None:
+            return ids, logits
+        with torch.no_grad():
+            raw = self.assistant_model(ids).logits[:, -logits.shape[1] - 1 : -1]
+        return ids, raw.to(logits.dtype)
+
+    monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "_generate_candidates", patched)
+
+
+def _greedy_draft_soft_q(monkeypatch):
+    """transformers #32867 class: the assistant drafts greedily while its softmax is used as q."""
+    from transformers.generation import candidate_generator
+
+    original = candidate_generator.AssistedCandidateGenerator._generate_candidates
+
+    def patched(self, generation_args):
+        config = generation_args["generation_config"]
+        saved = config.do_sample
+        config.do_sample = False
+        try:
+            return original(self, generation_args)
+        finally:
+            config.do_sample = saved
+
+    monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "_generate_candidates", patched)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patch", [_raw_logits_as_q, _greedy_draft_soft_q], ids=["raw_logits_as_q", "greedy_draft_soft_q"])
+def test_a_bug_patched_into_candidate_generation_fails_the_matching_case(target, monkeypatch, patch):
+    patch(monkeypatch)
+    run = _run(target, ["e2e/assistant_model/processed"])
+    result = run.results[0]
+    assert result.verdict == Verdict.FAIL, result.reason
+    assert result.lossless == Verdict.FAIL
+    assert result.n_trials < result.trial_cap

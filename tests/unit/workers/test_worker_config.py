@@ -1,0 +1,116 @@
+"""The worker's Celery configuration, settings validation, the suite's clean environment and outcome rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.models import RunStatus
+from service.settings import Settings
+from workers.celery_app import celery_config
+from workers.execution import interpret, run_seed
+from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir, suite_environment
+from workers.settings import WorkerSettings
+
+
+def test_queues_routes_and_limits() -> None:
+    worker = WorkerSettings()
+    config = celery_config(Settings(redis_url="redis://redis:6379/3"), worker)
+
+    assert config["broker_url"] == config["result_backend"] == "redis://redis:6379/3"
+    assert [q.name for q in config["task_queues"]] == ["gpu", "default"]
+    assert config["task_routes"] == {"workers.run_suite": {"queue": "gpu"}, "workers.sweep_runs": {"queue": "default"}}
+    assert config["worker_prefetch_multiplier"] == 1
+    limits = config["task_annotations"]["workers.run_suite"]
+    assert limits["soft_time_limit"] < limits["time_limit"] < config["broker_transport_options"]["visibility_timeout"]
+    assert config["beat_schedule"]["sweep-runs"]["task"] == "workers.sweep_runs"
+
+
+def test_the_suite_task_is_acknowledged_late_and_requeued_if_its_process_dies() -> None:
+    from workers import tasks
+
+    task = tasks.app.tasks["workers.run_suite"]
+    assert task.acks_late is True
+    assert task.reject_on_worker_lost is True
+    assert task.max_retries == 5
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"env_passthrough": ["SPECWATCH_DATABASE_URL"]}, "never passed to the suite"),
+        ({"heartbeat_s": 60, "lease_s": 30}, "must be below lease_s"),
+        ({"task_time_limit_s": 7 * 3600}, "visibility_timeout_s"),
+        ({"device": "tpu"}, "device must be"),
+    ],
+)
+def test_unsafe_settings_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        WorkerSettings.model_validate(fields)
+
+
+def test_the_suite_environment_is_built_from_nothing(tmp_path: Path) -> None:
+    base = {
+        "PATH": "/usr/bin",
+        "LANG": "en_US.UTF-8",
+        "SPECWATCH_WEBHOOK_SECRET": "s",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "CUDA_VISIBLE_DEVICES": "1",
+    }
+
+    env = suite_environment((tmp_path / "src", tmp_path / "specwatch"), tmp_path, ["CUDA_VISIBLE_DEVICES", "SPECWATCH_ENV"], base)
+
+    assert env == {
+        "PATH": "/usr/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "LANG": "en_US.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": f"{tmp_path / 'src'}:{tmp_path / 'specwatch'}",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "CUDA_VISIBLE_DEVICES": "1",
+    }
+
+
+def test_source_dir_is_src_when_there_is_one(tmp_path: Path) -> None:
+    assert source_dir(tmp_path) == tmp_path
+    (tmp_path / "src").mkdir()
+    assert source_dir(tmp_path) == tmp_path / "src"
+
+
+COMMAND = SuiteCommand("python", "t:f", (), 7, "cpu", (), 60, None)
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "verdict", "status", "error"),
+    [
+        (0, "pass", RunStatus.passed, None),
+        (1, "fail", RunStatus.failed, None),
+        (2, "error", RunStatus.error, "the suite could not test this commit (exit 2, a broken commit or target): boom"),
+        # A MemoryError (exit 1) without a verdict is a crash, never a violation.
+        (1, None, RunStatus.error, "the suite crashed (exit 1, verdict None): boom"),
+        (0, "fail", RunStatus.error, "the suite crashed (exit 0, verdict 'fail'): boom"),
+        (-9, None, RunStatus.error, "the suite was killed by SIGKILL (memory limit, or a crash in native code): boom"),
+    ],
+)
+def test_the_status_needs_the_exit_status_and_the_verdict_to_agree(
+    exit_code: int, verdict: str | None, status: RunStatus, error: str | None
+) -> None:
+    result = None if verdict is None else {"verdict": verdict, "results": [], "environment": {"torch": "2.13"}, "device": "cpu:x86_64"}
+    outcome = SuiteOutcome(exit_code, timed_out=False, aborted=False, result=result, stderr_tail="warning\nboom\n", duration_s=1)
+
+    interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
+
+    assert (interpreted.status, interpreted.error) == (status, error)
+    assert interpreted.seed == 7
+    assert interpreted.library_version == "v1.0"
+
+
+def test_the_run_seed_is_a_function_of_the_commit() -> None:
+    assert run_seed("a" * 40) == run_seed("a" * 40) == int("a" * 15, 16)
+    assert run_seed("b" * 40) != run_seed("a" * 40)
+    assert run_seed("f" * 64) < 2**63

@@ -1,0 +1,73 @@
+"""The Celery application of the workers: ``celery -A workers.celery_app worker -Q gpu,default``.
+
+Configured lazily from the control plane's settings (broker and result backend: ``settings.redis_url``) and
+the worker's own (:mod:`workers.settings`) the first time the configuration is read, never at import time.
+
+Queues: ``gpu`` runs the suite (``workers.run_suite``: one task per process at a time, acknowledged only when
+it ends, re-queued if its process dies, time limits below Redis' visibility timeout, recycled processes);
+``default`` runs housekeeping (``workers.sweep_runs``, every ``sweep_interval_s`` from beat). Start a GPU
+worker with ``-Q gpu -c 1`` per GPU and a housekeeping worker with ``-Q default``, plus one ``celery beat``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from kombu import Queue
+
+from service.settings import Settings, get_settings
+from workers.settings import WorkerSettings, get_worker_settings
+
+GPU_QUEUE = "gpu"
+DEFAULT_QUEUE = "default"
+RUN_SUITE = "workers.run_suite"
+SWEEP_RUNS = "workers.sweep_runs"
+
+
+def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
+    """The whole Celery configuration, as a plain dict (tested without a broker)."""
+    transport = {"visibility_timeout": worker.visibility_timeout_s}
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": settings.redis_url,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_expires": 24 * 3600,
+        "timezone": "UTC",
+        "enable_utc": True,
+        "task_queues": (Queue(GPU_QUEUE), Queue(DEFAULT_QUEUE)),
+        "task_default_queue": DEFAULT_QUEUE,
+        "task_routes": {RUN_SUITE: {"queue": GPU_QUEUE}, SWEEP_RUNS: {"queue": DEFAULT_QUEUE}},
+        # One reserved message per process: a long suite run never holds a second one hostage.
+        "worker_prefetch_multiplier": 1,
+        "worker_max_tasks_per_child": worker.max_tasks_per_child,
+        # A running task keeps going if the broker connection drops: its lease in the database, not the
+        # message, decides who owns the run, and results are fenced by attempt.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # Time limits come from settings, so they are annotations (read with the configuration), not decorator
+        # arguments (fixed at import).
+        "task_annotations": {
+            RUN_SUITE: {"soft_time_limit": worker.task_soft_time_limit_s, "time_limit": worker.task_time_limit_s},
+            SWEEP_RUNS: {"soft_time_limit": 120, "time_limit": 180},
+        },
+        "beat_schedule": {
+            "sweep-runs": {
+                "task": SWEEP_RUNS,
+                "schedule": worker.sweep_interval_s,
+                "options": {"queue": DEFAULT_QUEUE, "expires": worker.sweep_interval_s},
+            }
+        },
+    }
+
+
+app = Celery("specwatch", include=["workers.tasks"])
+
+
+@app.on_configure.connect
+def _configure(sender: Celery, **_: Any) -> None:
+    sender.config_from_object(celery_config(get_settings(), get_worker_settings()))

@@ -1,0 +1,148 @@
+"""Target source trees: one bare mirror per repository, a detached worktree per run.
+
+The mirror is cloned once (``git clone --mirror``) and fetched only when a requested commit is missing;
+each run gets ``git worktree add --detach <dir> <sha>`` in its scratch directory, removed (and the mirror's
+worktree list pruned) when the run ends, even when it fails. Mirror operations take an exclusive file lock,
+so several worker processes on one machine share a mirror safely.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_SHA = re.compile(r"[0-9a-fA-F]{4,64}")
+_STDERR_TAIL = 2000
+
+
+class CheckoutError(Exception):
+    """The commit's source tree cannot be produced: a domain error, recorded on the run, never retried."""
+
+
+class CommitNotFoundError(CheckoutError):
+    pass
+
+
+def _git_environment() -> dict[str, str]:
+    """The worker's environment without specwatch secrets; git never prompts for credentials."""
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("SPECWATCH_")}
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    return env
+
+
+def git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
+    """Run git; its stdout, or :class:`CheckoutError` with the command and the end of its stderr."""
+    command = ["git", *args]
+    try:
+        done = subprocess.run(  # noqa: S603 -- fixed executable, arguments validated by the callers
+            command, cwd=cwd, env=_git_environment(), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise CheckoutError(f"`git {' '.join(args)}` took longer than {timeout:g} s") from exc
+    if done.returncode != 0:
+        raise CheckoutError(f"`git {' '.join(args)}` failed (exit {done.returncode}): {done.stderr.strip()[-_STDERR_TAIL:]}")
+    return done.stdout
+
+
+def validate_sha(sha: str) -> str:
+    """``sha`` if it is 4 to 64 hex digits (so it can never be read as a git option), else CheckoutError."""
+    if not _SHA.fullmatch(sha):
+        raise CheckoutError(f"{sha!r} is not a commit id (4 to 64 hexadecimal digits)")
+    return sha.lower()
+
+
+@dataclass(frozen=True)
+class MirrorCache:
+    """Bare mirrors of target repositories under ``root``, one per repository URL."""
+
+    root: Path
+    git_timeout_s: float = 1800
+
+    def mirror_path(self, repo_url: str) -> Path:
+        """``<root>/<repository name>-<hash of the URL>.git``: readable, and unique per URL."""
+        name = repo_url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "repo"
+        digest = hashlib.sha256(repo_url.encode()).hexdigest()[:12]
+        return self.root / f"{slug}-{digest}.git"
+
+    @contextmanager
+    def _locked(self, mirror: Path) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with mirror.with_suffix(".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _resolve(self, mirror: Path, sha: str) -> str | None:
+        try:
+            return git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{sha}^{{commit}}", cwd=mirror).strip()
+        except CheckoutError:
+            return None
+
+    def _ensure_commit(self, repo_url: str, sha: str) -> tuple[Path, str]:
+        """The mirror holding ``sha`` (cloned or fetched as needed) and the full commit id. Call under the lock."""
+        mirror = self.mirror_path(repo_url)
+        if not (mirror / "HEAD").exists():
+            if repo_url.startswith("-"):
+                raise CheckoutError(f"invalid repository URL {repo_url!r}")
+            partial = mirror.with_suffix(".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            log.info("mirror_clone repo=%s path=%s", repo_url, mirror)
+            git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
+            partial.rename(mirror)
+        full = self._resolve(mirror, sha)
+        if full is None:
+            log.info("mirror_fetch repo=%s path=%s wanted=%s", repo_url, mirror, sha)
+            git("fetch", "--prune", "--quiet", "origin", cwd=mirror, timeout=self.git_timeout_s)
+            full = self._resolve(mirror, sha)
+        if full is None:
+            raise CommitNotFoundError(f"commit {sha} does not exist in {repo_url} (not found after fetching every ref)")
+        return mirror, full
+
+    def describe(self, repo_url: str, sha: str) -> str | None:
+        """``git describe --tags --always`` of a commit already in the mirror (a source install's version)."""
+        try:
+            return git("describe", "--tags", "--always", "--end-of-options", sha, cwd=self.mirror_path(repo_url)).strip() or None
+        except CheckoutError:
+            return None
+
+    @contextmanager
+    def worktree(self, repo_url: str, sha: str, dest: Path) -> Iterator[Path]:
+        """A detached worktree of ``sha`` at ``dest`` for the duration of the block; removed even on failure."""
+        sha = validate_sha(sha)
+        mirror = self.mirror_path(repo_url)
+        with self._locked(mirror):
+            mirror, full = self._ensure_commit(repo_url, sha)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            git("worktree", "add", "--detach", "--quiet", str(dest), full, cwd=mirror, timeout=self.git_timeout_s)
+        try:
+            yield dest
+        finally:
+            self.remove_worktree(repo_url, dest)
+
+    def remove_worktree(self, repo_url: str, dest: Path) -> None:
+        """Remove ``dest`` and forget it in the mirror; never raises (a leftover is pruned next time)."""
+        mirror = self.mirror_path(repo_url)
+        with self._locked(mirror):
+            try:
+                git("worktree", "remove", "--force", str(dest), cwd=mirror)
+            except CheckoutError as exc:
+                log.debug("worktree_remove_failed path=%s error=%s", dest, exc)
+            shutil.rmtree(dest, ignore_errors=True)
+            try:
+                git("worktree", "prune", cwd=mirror)
+            except CheckoutError as exc:
+                log.warning("worktree_prune_failed mirror=%s error=%s", mirror, exc)

@@ -1,0 +1,233 @@
+"""One attempt of a run, start to finish: claim, checkout, suite subprocess, results, all under a lease.
+
+Units of work: the claim commits on its own (the run is visibly ``running`` with a lease and a worker host);
+a heartbeat thread renews the lease in its own short transactions while the attempt works; the outcome and
+every case result are stored in one transaction, fenced by the attempt number (see :mod:`workers.runs`).
+
+How a target's code is tested (``module:function`` adapter): the target's ``adapter`` is the suite's
+``--target`` spec, resolved with the commit's checkout first on ``PYTHONPATH``. For a library with its own
+sampler entry point that is ``package.module:function`` (the toy library of the tests:
+``toy_lib.sampler:speculative_sample``); named suite adapters (``transformers``) pass through unchanged.
+The checkout's importable root is ``src/`` when the repository has one, else its top level.
+
+Outcomes: the suite's verdict ``pass``/``fail`` (cross-checked with its exit status 0/1) makes the run
+``passed``/``failed``. Anything else is ``error`` and never a violation: a commit the suite cannot import or
+run (exit 2), a crash (another exit status or a signal, e.g. the memory limit), a wall-clock timeout, a
+checkout failure (unknown commit) or an unknown profile. The end of the suite's stderr is kept as the log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope
+from service.models import InstallMode, RunStatus
+from workers.checkout import CheckoutError, MirrorCache
+from workers.profiles import UnknownProfileError, get_profile
+from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
+from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
+from workers.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def worker_identity() -> str:
+    """``host:pid``: one prefork process runs one task at a time, so this names an attempt's owner."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_seed(sha: str) -> int:
+    """The run seed of a commit: its first 60 bits. Same commit, same seeds: every result is reproducible."""
+    return int(sha[:15].ljust(15, "0"), 16)
+
+
+class LeaseLostError(Exception):
+    """Another attempt took the run over (our lease expired): stop, store nothing."""
+
+
+class Heartbeat:
+    """Renews an attempt's lease every ``interval_s`` in a background thread until the block ends.
+
+    ``lost`` is set when the attempt no longer holds the run. A database error only logs: the lease may then
+    expire and the sweeper hand the run to another worker, which fencing makes safe. ``spawn_lock`` is held
+    during each renewal, so a fork under it never copies a lock this thread holds.
+    """
+
+    def __init__(self, factory: sessionmaker[Session], run_id: int, attempt: int, *, lease_s: float, interval_s: float) -> None:
+        self.factory, self.run_id, self.attempt = factory, run_id, attempt
+        self.lease_s, self.interval_s = lease_s, interval_s
+        self.lost = threading.Event()
+        self.spawn_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-run-{run_id}", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self.spawn_lock:
+                try:
+                    with session_scope(self.factory) as session:
+                        held = renew_lease(session, self.run_id, self.attempt, now=utcnow(), lease_s=self.lease_s)
+                except DBAPIError as exc:
+                    log.warning("heartbeat_failed run_id=%s attempt=%s error=%s", self.run_id, self.attempt, type(exc).__name__)
+                    continue
+            if not held:
+                log.warning("lease_lost run_id=%s attempt=%s", self.run_id, self.attempt)
+                self.lost.set()
+                return
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLostError(f"run {self.run_id}: attempt {self.attempt} lost its lease")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    run_id: int
+    status: str  # a RunStatus value, or "skipped" / "lease-lost"
+    reason: str | None = None
+
+
+def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: WorkerSettings) -> AttemptResult:
+    """Claim run ``run_id`` and execute one attempt of it; idempotent (a finished or held run is left alone).
+
+    Infrastructure errors (database) propagate for the task to retry; everything the commit or the suite
+    causes is recorded on the run.
+    """
+    worker = worker_identity()
+    with session_scope(factory) as session:
+        claim = claim_run(session, run_id, worker=worker, now=utcnow(), lease_s=settings.lease_s)
+    if isinstance(claim, Skipped):
+        log.info("run_skipped run_id=%s reason=%s", run_id, claim.reason)
+        return AttemptResult(run_id, "skipped", claim.reason)
+    log.info("run_claimed run_id=%s attempt=%s sha=%s profile=%s worker=%s", run_id, claim.attempt, claim.sha, claim.profile, worker)
+    heartbeat = Heartbeat(factory, run_id, claim.attempt, lease_s=settings.lease_s, interval_s=settings.heartbeat_s)
+    with heartbeat:
+        try:
+            outcome = _attempt(claim, settings, heartbeat)
+        except LeaseLostError as exc:
+            log.warning("run_abandoned run_id=%s attempt=%s reason=%s", run_id, claim.attempt, exc)
+            return AttemptResult(run_id, "lease-lost", str(exc))
+    with session_scope(factory) as session:
+        stored = record_outcome(session, run_id, claim.attempt, outcome, now=utcnow())
+    if not stored:
+        return AttemptResult(run_id, "lease-lost", "another attempt holds the run")
+    log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
+    return AttemptResult(run_id, outcome.status.value, outcome.error)
+
+
+def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> RunOutcome:
+    try:
+        profile = get_profile(claim.profile)
+    except UnknownProfileError as exc:
+        return RunOutcome(RunStatus.error, error=str(exc))
+    if claim.install_mode != InstallMode.source:
+        return RunOutcome(
+            RunStatus.error, error=f"install mode {claim.install_mode.value!r} is not supported by this worker yet (source only)"
+        )
+    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s)
+    scratch = settings.scratch_dir / f"run-{claim.run_id}-attempt-{claim.attempt}"
+    _remove_earlier_attempts(settings.scratch_dir, claim.run_id, mirrors, claim.repo_url)
+    scratch.mkdir(parents=True)
+    try:
+        try:
+            with mirrors.worktree(claim.repo_url, claim.sha, scratch / "checkout") as checkout:
+                heartbeat.check()
+                device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
+                memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
+                command = SuiteCommand(
+                    python=settings.suite_python,
+                    target=claim.adapter,
+                    suite_args=profile.suite_args,
+                    seed=run_seed(claim.sha),
+                    device=device,
+                    python_path=(source_dir(checkout), SPECWATCH_ROOT),
+                    timeout_s=settings.suite_timeout(profile.timeout_s),
+                    memory_limit_bytes=memory,
+                    passthrough=tuple(settings.env_passthrough),
+                )
+                log.info("suite_started run_id=%s attempt=%s target=%s device=%s", claim.run_id, claim.attempt, claim.adapter, device)
+                outcome = run_suite_process(
+                    command,
+                    scratch,
+                    should_abort=heartbeat.lost.is_set,
+                    spawn_lock=heartbeat.spawn_lock,
+                    tail_chars=settings.log_tail_chars,
+                )
+                heartbeat.check()
+                return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
+        except CheckoutError as exc:
+            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove_earlier_attempts(scratch_root: Path, run_id: int, mirrors: MirrorCache, repo_url: str) -> None:
+    """Scratch left by an earlier attempt of this run whose worker died (the run is ours now)."""
+    if not scratch_root.is_dir():
+        return
+    for leftover in scratch_root.glob(f"run-{run_id}-attempt-*"):
+        log.info("scratch_leftover_removed path=%s", leftover)
+        mirrors.remove_worktree(repo_url, leftover / "checkout")
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output on stderr)"
+
+
+def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: str | None, profile: str) -> RunOutcome:
+    """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error."""
+    result = outcome.result
+    environment: dict[str, Any] = (result or {}).get("environment") or {}
+    verdict = (result or {}).get("verdict")
+    common: dict[str, Any] = {
+        "log_tail": outcome.stderr_tail or None,
+        "device": (result or {}).get("device") or command.device,
+        "library_version": library_version,
+        "torch_version": environment.get("torch"),
+        "python_version": environment.get("python"),
+        "seed": command.seed,
+        "cases": list((result or {}).get("results") or []),
+    }
+    if outcome.timed_out:
+        error = f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
+        return RunOutcome(RunStatus.error, error=error, **common)
+    code = outcome.exit_code
+    if code == 0 and verdict == "pass":
+        return RunOutcome(RunStatus.passed, **common)
+    if code == 1 and verdict == "fail":
+        return RunOutcome(RunStatus.failed, **common)
+    if code == 2:
+        error = f"the suite could not test this commit (exit 2, a broken commit or target): {_last_line(outcome.stderr_tail)}"
+    elif code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        error = f"the suite was killed by {name} (memory limit, or a crash in native code): {_last_line(outcome.stderr_tail)}"
+    else:
+        error = f"the suite crashed (exit {code}, verdict {verdict!r}): {_last_line(outcome.stderr_tail)}"
+    return RunOutcome(RunStatus.error, error=error, **common)

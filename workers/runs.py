@@ -1,0 +1,241 @@
+"""A run's lifecycle in the database: claim, lease renewal, result, and the sweeper's repairs.
+
+Domain functions: each takes a :class:`~sqlalchemy.orm.Session`, locks the rows it changes
+(``SELECT ... FOR UPDATE``) and flushes; the caller's unit of work commits. Exactly-once results rest on
+fencing: a claim increments ``attempt``, and only the attempt that still holds the run (``running`` with the
+same ``attempt``) may renew its lease or store its results. A worker that lost its lease (dead, partitioned,
+or too slow to heartbeat) finds its results refused.
+
+``attempt`` counts claims: executions started. The sweeper hands back a run whose lease expired (its
+worker died) and gives up, with a clear error, once ``attempt`` reached ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.orm import Session
+
+from service.models import CaseResult, InstallMode, Run, RunStatus, Verdict
+
+log = logging.getLogger(__name__)
+
+FINISHED = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled})
+_CASE_DETAIL_FIELDS = ("family", "description", "reason", "trial_cap", "powered", "attempt", "checks", "schema")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a claimed attempt needs, copied out of the ORM rows (no session outlives the claim)."""
+
+    run_id: int
+    attempt: int
+    profile: str
+    sha: str
+    target_name: str
+    repo_url: str
+    adapter: str
+    install_mode: InstallMode
+
+
+@dataclass(frozen=True)
+class Skipped:
+    run_id: int
+    reason: str
+
+
+def _lock(session: Session, run_id: int) -> Run | None:
+    return session.scalars(select(Run).where(Run.id == run_id).with_for_update()).one_or_none()
+
+
+def _finish(run: Run, status: RunStatus, now: datetime, *, error: str | None = None) -> None:
+    run.status = status
+    run.finished_at = now
+    run.lease_expires_at = None
+    run.error = error
+
+
+def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, lease_s: float) -> RunSpec | Skipped:
+    """Start attempt ``attempt + 1`` of a run, or say why not (finished, held by a live worker, out of attempts).
+
+    A run ``running`` under an expired lease is claimed again (its worker died); one under ``worker``'s own
+    name is too (the same process retrying after an infrastructure error).
+    """
+    run = _lock(session, run_id)
+    if run is None:
+        return Skipped(run_id, "no such run")
+    if run.status in FINISHED:
+        return Skipped(run_id, f"already {run.status.value}")
+    held = run.status == RunStatus.running and run.lease_expires_at is not None and run.lease_expires_at > now
+    if held and run.worker_host != worker:
+        return Skipped(run_id, f"held by {run.worker_host} (attempt {run.attempt}) until {run.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")
+    if run.attempt >= run.max_attempts:
+        _finish(run, RunStatus.error, now, error=_gave_up(run))
+        session.flush()
+        return Skipped(run_id, "out of attempts")
+    run.attempt += 1
+    run.status = RunStatus.running
+    run.worker_host = worker
+    run.started_at = run.heartbeat_at = now
+    run.lease_expires_at = now + timedelta(seconds=lease_s)
+    run.error = None
+    session.flush()
+    commit = run.commit
+    target = commit.target
+    return RunSpec(
+        run_id=run.id,
+        attempt=run.attempt,
+        profile=run.profile,
+        sha=commit.sha,
+        target_name=target.name,
+        repo_url=target.repo_url,
+        adapter=target.adapter,
+        install_mode=target.install_mode,
+    )
+
+
+def _gave_up(run: Run) -> str:
+    last = f"; the last one was on {run.worker_host}, last heartbeat {run.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}" if run.heartbeat_at else ""
+    return (
+        f"gave up after {run.attempt} of {run.max_attempts} attempts: each worker stopped renewing its lease "
+        f"before finishing (worker killed, out of memory, or machine lost){last}"
+    )
+
+
+def renew_lease(session: Session, run_id: int, attempt: int, *, now: datetime, lease_s: float) -> bool:
+    """Extend the lease of ``attempt``; False when that attempt no longer holds the run (stop working on it)."""
+    result = session.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.attempt == attempt, Run.status == RunStatus.running)
+        .values(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease_s))
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What an attempt found: the run's final status and what to record with it."""
+
+    status: RunStatus
+    error: str | None = None
+    log_tail: str | None = None
+    device: str | None = None
+    library_version: str | None = None
+    torch_version: str | None = None
+    python_version: str | None = None
+    seed: int | None = None
+    cases: list[dict[str, Any]] = field(default_factory=list)
+
+
+def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutcome, *, now: datetime) -> bool:
+    """Store ``outcome`` and its case results if ``attempt`` still holds the run; False (nothing stored) if not."""
+    run = _lock(session, run_id)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        state = "missing" if run is None else f"{run.status.value}, attempt {run.attempt}"
+        log.warning("run_result_discarded run_id=%s attempt=%s now=%s", run_id, attempt, state)
+        return False
+    _finish(run, outcome.status, now, error=outcome.error)
+    run.log_tail = outcome.log_tail
+    run.device = outcome.device
+    run.library_version = outcome.library_version
+    run.torch_version = outcome.torch_version
+    run.python_version = outcome.python_version
+    run.seed = outcome.seed
+    session.add_all(case_result_row(run_id, case) for case in outcome.cases)
+    session.flush()
+    return True
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _layer(value: Any) -> bool | None:
+    return {"pass": True, "fail": False}.get(value) if isinstance(value, str) else None
+
+
+def case_result_row(run_id: int, case: dict[str, Any]) -> CaseResult:
+    """One suite case result (``schema: 1``) as a row; what has no column goes to ``details``."""
+    tv_ci = case.get("tv_ci") or (None, None)
+    acceptance = case.get("acceptance") or {}
+    seed = case.get("seed")
+    return CaseResult(
+        run_id=run_id,
+        case_id=str(case["case_id"]),
+        verdict=Verdict(case["verdict"]),
+        lossless=_layer(case.get("lossless")),
+        conformance=_layer(case.get("conformance")),
+        n_trials=case.get("n_trials"),
+        e_value=_float(case.get("e_value")),
+        log_e_value=_float(case.get("log_e_value")),
+        p_value=_float(case.get("p_value")),
+        threshold=_float(case.get("threshold")),
+        tv_estimate=_float(case.get("tv_estimate")),
+        tv_low=_float(tv_ci[0]),
+        tv_high=_float(tv_ci[1]),
+        acceptance_observed=_float(acceptance.get("observed")),
+        acceptance_expected=_float(acceptance.get("expected")),
+        counts_digest=case.get("counts_digest"),
+        fingerprint=case.get("fingerprint"),
+        duration_s=_float(case.get("duration_s")),
+        seed=seed if isinstance(seed, int) and 0 <= seed < 2**63 else None,
+        device=case.get("device"),
+        details={key: case[key] for key in _CASE_DETAIL_FIELDS if key in case},
+    )
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    requeued: list[int]
+    gave_up: list[int]
+
+
+def sweep(session: Session, *, now: datetime, queued_lease_s: float, limit: int = 500) -> SweepReport:
+    """Find runs nobody is working on and hand them back; the caller enqueues ``requeued`` after commit.
+
+    - ``queued`` past its lease (or, without one, queued longer than ``queued_lease_s``): its message was
+      lost or never sent (Redis down at enqueue time). Re-enqueued with a fresh lease; no attempt is used.
+    - ``running`` past its lease: its worker died. Back to ``queued``, or ``error`` once it used
+      ``max_attempts``.
+    Locked rows are skipped (a worker is claiming them right now).
+    """
+    queued_lease = timedelta(seconds=queued_lease_s)
+    stale = or_(Run.lease_expires_at.is_(None), Run.lease_expires_at < now)
+    rows = session.scalars(
+        select(Run)
+        .where(
+            or_(
+                and_(
+                    Run.status == RunStatus.queued,
+                    or_(Run.lease_expires_at < now, and_(Run.lease_expires_at.is_(None), Run.queued_at < now - queued_lease)),
+                ),
+                and_(Run.status == RunStatus.running, stale),
+            )
+        )
+        .order_by(Run.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    requeued: list[int] = []
+    gave_up: list[int] = []
+    for run in rows:
+        if run.status == RunStatus.running:
+            if run.attempt >= run.max_attempts:
+                log.warning("run_gave_up run_id=%s attempts=%s worker=%s", run.id, run.attempt, run.worker_host)
+                _finish(run, RunStatus.error, now, error=_gave_up(run))
+                gave_up.append(run.id)
+                continue
+            log.warning(
+                "run_lease_expired run_id=%s attempt=%s worker=%s heartbeat=%s", run.id, run.attempt, run.worker_host, run.heartbeat_at
+            )
+            run.status = RunStatus.queued
+            run.error = f"attempt {run.attempt} lost: {run.worker_host} stopped renewing its lease; re-queued"
+        run.lease_expires_at = now + queued_lease
+        requeued.append(run.id)
+    session.flush()
+    return SweepReport(requeued=requeued, gave_up=gave_up)

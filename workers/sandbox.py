@@ -1,0 +1,223 @@
+"""The suite subprocess: a clean environment, a wall-clock limit, a memory limit, no orphan left behind.
+
+The suite runs as ``python -m workers.suite run ... --json FILE --events`` with the checkout's source
+directory first on ``PYTHONPATH``, in its own session (so a timeout kills all it started), with
+``RLIMIT_AS`` where the OS allows and, on Linux, ``PR_SET_PDEATHSIG`` so it dies with its worker. Its
+environment is built from nothing: no ``SPECWATCH_*`` secret (database URL, webhook secret, tokens) can
+reach the code under test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import workers
+
+#: The directory holding the ``workers`` package: the suite's code, after the target's.
+SPECWATCH_ROOT = Path(workers.__file__).resolve().parent.parent
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.2
+
+
+def source_dir(checkout: Path) -> Path:
+    """Where a checkout's importable code lives: ``src/`` for src-layout projects (transformers), else the root."""
+    src = checkout / "src"
+    return src if src.is_dir() else checkout
+
+
+def suite_environment(python_path: Sequence[Path], home: Path, passthrough: Sequence[str], base: Mapping[str, str]) -> dict[str, str]:
+    """The suite's whole environment: PATH, HOME and TMPDIR in the scratch directory, one thread, PYTHONPATH.
+
+    Only the names in ``passthrough`` are copied from ``base`` (never a ``SPECWATCH_*`` one).
+    """
+    env = {
+        "PATH": base.get("PATH", os.defpath),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": base.get("LANG", "C.UTF-8"),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(str(p) for p in python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    for name in passthrough:
+        if name in base and not name.upper().startswith("SPECWATCH_"):
+            env[name] = base[name]
+    return env
+
+
+@lru_cache(maxsize=1)
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _child_setup(memory_limit_bytes: int | None, parent_pid: int) -> Callable[[], None]:
+    """What the child does between fork and exec: limit its memory, die with its parent."""
+    libc = _libc() if sys.platform == "linux" else None  # loaded before the fork, not in the child
+
+    def setup() -> None:
+        if memory_limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(1)
+
+    return setup
+
+
+@dataclass(frozen=True)
+class SuiteCommand:
+    python: str
+    target: str
+    suite_args: tuple[str, ...]
+    seed: int
+    device: str
+    python_path: tuple[Path, ...]
+    timeout_s: float
+    memory_limit_bytes: int | None
+    passthrough: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    exit_code: int | None  # None: killed by us (timeout or lost lease)
+    timed_out: bool
+    aborted: bool
+    result: dict[str, Any] | None  # the run result JSON, when the suite wrote a valid one
+    stderr_tail: str
+    duration_s: float
+
+
+def _tail(path: Path, chars: int) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 4 * chars))
+        text = f.read().decode("utf-8", errors="replace")
+    return text[-chars:]
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) and isinstance(payload.get("results"), list) else None
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_suite_process(
+    command: SuiteCommand,
+    scratch: Path,
+    *,
+    should_abort: Callable[[], bool] = lambda: False,
+    spawn_lock: threading.Lock | None = None,
+    tail_chars: int = 8000,
+) -> SuiteOutcome:
+    """Run the suite in ``scratch`` (its cwd and HOME) until it exits, the deadline passes or ``should_abort``.
+
+    Files left in ``scratch``: ``result.json`` (the run result), ``suite.out`` (JSON-lines events),
+    ``suite.err``. ``spawn_lock`` is held across the fork so that no other thread of ours holds a lock then.
+    """
+    home = scratch / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    result_path = scratch / "result.json"
+    err_path = scratch / "suite.err"
+    argv = [
+        command.python,
+        "-m",
+        "workers.suite",
+        "run",
+        "--target",
+        command.target,
+        *command.suite_args,
+        "--seed",
+        str(command.seed),
+        "--device",
+        command.device,
+        "--json",
+        str(result_path),
+        "--events",
+    ]
+    env = suite_environment(command.python_path, home, command.passthrough, os.environ)
+    started = time.monotonic()
+    deadline = started + command.timeout_s
+    timed_out = aborted = False
+    guard: AbstractContextManager[Any] = spawn_lock if spawn_lock is not None else nullcontext()
+    with (scratch / "suite.out").open("wb") as out, err_path.open("wb") as err:
+        with guard:
+            proc = subprocess.Popen(  # noqa: S603 -- our interpreter and arguments, no shell
+                argv,
+                cwd=scratch,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=_child_setup(command.memory_limit_bytes, os.getpid()),  # noqa: PLW1509 -- fork happens under spawn_lock
+            )
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if should_abort():
+                        aborted = True
+                    elif time.monotonic() >= deadline:
+                        timed_out = True
+                    else:
+                        continue
+                    _kill_group(proc)
+                    break
+        finally:
+            if proc.poll() is None:  # interrupted (soft time limit, shutdown): leave nothing running
+                _kill_group(proc)
+    killed = timed_out or aborted
+    return SuiteOutcome(
+        exit_code=None if killed else proc.returncode,
+        timed_out=timed_out,
+        aborted=aborted,
+        result=None if killed else _read_result(result_path),
+        stderr_tail=_tail(err_path, tail_chars),
+        duration_s=time.monotonic() - started,
+    )
+
+
+@lru_cache(maxsize=8)
+def probe_device(python: str) -> str:
+    """``cuda`` when ``python`` (the suite's interpreter) sees a GPU, else ``cpu``; asked once per process."""
+    home = Path(tempfile.gettempdir())
+    env = suite_environment((SPECWATCH_ROOT,), home, ("CUDA_VISIBLE_DEVICES",), os.environ)
+    probe = "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"
+    try:
+        done = subprocess.run(  # noqa: S603 -- our interpreter, a fixed script
+            [python, "-c", probe], env=env, cwd=home, capture_output=True, text=True, timeout=300, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "cpu"
+    return "cuda" if done.returncode == 0 and done.stdout.strip() == "cuda" else "cpu"

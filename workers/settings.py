@@ -1,0 +1,92 @@
+"""The worker's own settings, read from ``SPECWATCH_WORKER_*`` environment variables (or ``.env``).
+
+The broker, the result backend and the database come from the control plane's settings
+(:func:`service.settings.get_settings`); these are the knobs only a worker has: where mirrors and scratch
+directories live, how the suite subprocess is run and limited, the lease, and the Celery time limits. Build it
+with :func:`get_worker_settings` (cached, never at import time); tests set the environment and clear the cache.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.profiles import PROFILES
+
+
+class WorkerSettings(BaseSettings):
+    """Worker settings; every field is ``SPECWATCH_WORKER_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECWATCH_WORKER_", env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # One bare mirror per target repository (`git clone --mirror` once, then `git fetch`).
+    mirror_dir: Path = Path.home() / ".cache" / "specwatch" / "mirrors"
+    # One scratch directory per run attempt (worktree, HOME, results, logs), removed at the end.
+    scratch_dir: Path = Path(tempfile.gettempdir()) / "specwatch-runs"
+    # The interpreter that runs `python -m workers.suite`: it needs torch, numpy, scipy and the target's
+    # dependencies (for transformers: its requirements, not transformers itself, which comes from the checkout).
+    suite_python: str = sys.executable
+    # "auto": cuda when the suite's interpreter sees a GPU, else cpu.
+    device: str = "auto"
+    # Address-space limit of the suite on CPU (RLIMIT_AS); None: unlimited. Not applied on CUDA, whose
+    # driver reserves far more address space than it uses: limit GPU workers with the container instead.
+    memory_limit_mb: int | None = Field(default=16 * 1024, gt=0)
+    # Caps every profile's wall-clock limit (seconds); None: the profile's own limit.
+    suite_timeout_s: float | None = Field(default=None, gt=0)
+    # Environment variables copied into the suite's otherwise clean environment (never SPECWATCH_*).
+    env_passthrough: list[str] = Field(default_factory=lambda: ["CUDA_VISIBLE_DEVICES"])
+    git_timeout_s: float = Field(default=30 * 60, gt=0)
+    # A running run whose lease is not renewed for this long is taken to be on a dead worker.
+    lease_s: float = Field(default=120, gt=0)
+    heartbeat_s: float = Field(default=20, gt=0)
+    # How often beat runs workers.sweep_runs.
+    sweep_interval_s: float = Field(default=60, gt=0)
+    log_tail_chars: int = Field(default=8000, gt=0)
+    max_tasks_per_child: int = Field(default=20, gt=0)
+    # Celery limits of workers.run_suite: above any suite limit plus a checkout, below the broker's
+    # visibility timeout (else Redis hands a still-running task to a second worker).
+    task_soft_time_limit_s: float = Field(default=5 * 3600, gt=0)
+    task_time_limit_s: float = Field(default=5 * 3600 + 300, gt=0)
+    visibility_timeout_s: float = Field(default=6 * 3600, gt=0)
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _no_secrets_passed_through(cls, names: list[str]) -> list[str]:
+        secret = [name for name in names if name.upper().startswith("SPECWATCH_")]
+        if secret:
+            raise ValueError(f"SPECWATCH_* variables are never passed to the suite (got {', '.join(secret)})")
+        return names
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if device != "auto" and device.split(":", maxsplit=1)[0] not in ("cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+        return device
+
+    @model_validator(mode="after")
+    def _limits_are_ordered(self) -> WorkerSettings:
+        if self.heartbeat_s >= self.lease_s:
+            raise ValueError(f"heartbeat_s ({self.heartbeat_s:g}) must be below lease_s ({self.lease_s:g})")
+        longest = max(self.suite_timeout(profile.timeout_s) for profile in PROFILES.values()) + self.git_timeout_s
+        if not longest < self.task_soft_time_limit_s < self.task_time_limit_s < self.visibility_timeout_s:
+            raise ValueError(
+                "need longest suite limit + git timeout < task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s, "
+                f"got {longest:g} < {self.task_soft_time_limit_s:g} < {self.task_time_limit_s:g} < {self.visibility_timeout_s:g}"
+            )
+        return self
+
+    def suite_timeout(self, profile_timeout_s: float) -> float:
+        """The wall-clock limit of one suite subprocess for a profile allowing ``profile_timeout_s``."""
+        return profile_timeout_s if self.suite_timeout_s is None else min(profile_timeout_s, self.suite_timeout_s)
+
+
+@lru_cache(maxsize=1)
+def get_worker_settings() -> WorkerSettings:
+    """The process's worker settings, built on first use from the environment."""
+    return WorkerSettings()

@@ -1,0 +1,447 @@
+"""Hugging Face transformers as a target: its real speculative code paths, adapted by feature detection.
+
+Direct cases run the fixture battery through ``transformers.generation.utils._speculative_sampling``
+(arguments bound by keyword from its signature, which changed across releases). End-to-end cases run
+``generate()`` with tiny randomly initialised models built offline from configs and compare the joint
+law of the first generated tokens with the exact law computed from the target model after the same
+logits processing (temperature, then top-k, then top-p). A path the installed version lacks is
+skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from workers.suite.cases import DIRECT_CASES, Case
+from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.laws import sequence_law
+from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
+
+#: Arguments older releases require that have a single lossless value here.
+_FIXED_ARGUMENTS: dict[str, Callable[[int], Any]] = {
+    "is_done_candidate": lambda gamma: False,  # 4.40 - 5.17: the last draft is not EOS
+    "last_assistant_token_is_eos": lambda gamma: False,  # 4.37 - 4.39
+    "max_matches": lambda gamma: gamma,  # 4.37 - 4.39: room for every draft
+}
+
+
+class AdapterError(Exception):
+    """The installed library cannot be adapted (a missing entry point, an unknown required argument)."""
+
+
+def bind_speculative_sampling(
+    fn: Callable[..., Any],
+    *,
+    candidate_input_ids: torch.Tensor,
+    candidate_logits: torch.Tensor,
+    candidate_length: int,
+    new_logits: torch.Tensor,
+) -> dict[str, Any]:
+    """Keyword arguments for any historical ``_speculative_sampling`` signature.
+
+    Binding by name matters: on 5.18+ a fifth positional argument would become
+    ``assistant_ensemble_weight`` (lossy by design), which is always left at its default ``None``.
+    """
+    params = inspect.signature(fn).parameters
+    core = {
+        "candidate_input_ids": candidate_input_ids,
+        "candidate_logits": candidate_logits,
+        "candidate_length": candidate_length,
+        "new_logits": new_logits,
+    }
+    missing = [name for name in core if name not in params]
+    if missing:
+        raise AdapterError(f"_speculative_sampling has no parameter(s) {missing}; signature {inspect.signature(fn)}")
+    kwargs = dict(core)
+    for name, param in params.items():
+        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name == "assistant_ensemble_weight":
+            if param.default is not None:
+                raise AdapterError("assistant_ensemble_weight defaults to a value: the lossless path needs None")
+            continue
+        if name in _FIXED_ARGUMENTS:
+            kwargs[name] = _FIXED_ARGUMENTS[name](candidate_length)
+        elif param.default is param.empty:
+            raise AdapterError(f"_speculative_sampling requires unknown argument {name!r}; signature {inspect.signature(fn)}")
+    return kwargs
+
+
+def _log_rows(probs: torch.Tensor) -> torch.Tensor:
+    """Logits whose softmax is ``probs`` exactly (zeros become -inf)."""
+    return torch.log(probs).to(torch.float32)
+
+
+def speculative_sampling_sampler(fn: Callable[..., Any]) -> Sampler:
+    """A Sampler that drafts from q itself (the candidate generator's job) and verifies with ``fn``.
+
+    ``fn`` draws from torch's global RNG, which is seeded once per batch from the case's private
+    generator (never inside the loop), so results stay reproducible from the recorded seed.
+    """
+
+    def sampler(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+        gamma = step.gamma
+        drafts = sample_rows(step.draft_probs, uniforms(n, gamma, generator, step.device))
+        q_logits = _log_rows(step.draft_probs)[None]
+        p_logits = _log_rows(step.target_probs)[None]
+        prompt = torch.zeros((1, 1), dtype=torch.long, device=step.device)
+        tokens = torch.full((n, gamma + 1), -1, dtype=torch.long, device=step.device)
+        accepted = torch.empty(n, dtype=torch.long, device=step.device)
+        ids = torch.cat((prompt.expand(n, 1), drafts), dim=1)
+        kwargs = bind_speculative_sampling(
+            fn, candidate_input_ids=ids[:1], candidate_logits=q_logits, candidate_length=gamma, new_logits=p_logits
+        )
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=step.device))
+        torch.manual_seed(seed)
+        for i in range(n):
+            kwargs["candidate_input_ids"] = ids[i : i + 1]
+            valid, n_matches = fn(**kwargs)
+            row = valid.reshape(-1)
+            tokens[i, : row.numel()] = row
+            accepted[i] = int(n_matches)
+        return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=accepted)
+
+    return sampler
+
+
+# ---------------------------------------------------------------------------------------------------
+# End-to-end cases: tiny models, generate(), exact sequence laws.
+
+#: TV distance the direct battery is designed for through the library (each trial is one call).
+DIRECT_EPSILON = 0.1
+LARGE_VOCAB_EPSILON = 0.25
+QUICK_DIRECT = frozenset(
+    {
+        "direct/far_apart/V8/g1",
+        "direct/close/V64/g5",
+        "direct/near_identical/V64/g5",
+        "direct/temperature_target/V64/g3",
+        "direct/top_p_target/V64/g3",
+        "direct/disjoint/V8/g3",
+        "direct/p_equals_q/V64/g3",
+        "direct/transformers_target_distribution/V10/g3",
+    }
+)
+#: Tiny vocabulary of the end-to-end models, and how many generated tokens are tested jointly.
+E2E_VOCAB = 6
+E2E_LENGTH = 2
+#: An end-of-sequence id outside the vocabulary: generation never stops early (4.37 needs some EOS).
+_UNREACHABLE_EOS = E2E_VOCAB
+#: The prompt repeats an n-gram so that prompt lookup finds candidates.
+_PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
+_PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+
+
+@dataclass
+class TransformersAdapter:
+    """What the installed transformers offers, found by looking, not by version tables."""
+
+    module: ModuleType
+    version: str
+    speculative_sampling: Callable[..., Any] | None
+    features: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> TransformersAdapter:
+        try:
+            transformers = importlib.import_module("transformers")
+            utils = importlib.import_module("transformers.generation.utils")
+        except Exception as exc:
+            raise AdapterError(f"cannot import transformers: {type(exc).__name__}: {exc}") from exc
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        fn = getattr(utils, "_speculative_sampling", None)
+        generate_params = _generation_config_fields(transformers)
+        try:
+            candidates = importlib.import_module("transformers.generation.candidate_generator")
+        except ImportError:
+            candidates = None
+        features = {
+            "speculative_sampling": fn is not None,
+            "assistant_model": candidates is not None and hasattr(candidates, "AssistedCandidateGenerator"),
+            "prompt_lookup": "prompt_lookup_num_tokens" in generate_params,
+            "different_tokenizers": candidates is not None and hasattr(candidates, "AssistedCandidateGeneratorDifferentTokenizers"),
+            "early_exit": "assistant_early_exit" in generate_params,
+            "mtp": "use_mtp" in generate_params,
+            "dflash": candidates is not None and hasattr(candidates, "DFlashTokenCandidateGenerator"),
+        }
+        return cls(module=transformers, version=str(transformers.__version__), speculative_sampling=fn, features=features)
+
+    @property
+    def path(self) -> str:
+        return str(getattr(self.module, "__file__", "") or "")
+
+    def describe(self) -> dict[str, str]:
+        """Library name, version, location and, for a git checkout, its commit."""
+        info = {"name": "transformers", "version": self.version, "path": self.path}
+        sha = _git_head(Path(self.path).parent) if self.path else None
+        if sha:
+            info["git_sha"] = sha
+        return info
+
+    def sampler(self) -> Sampler:
+        """The direct-case sampler (direct cases are skipped when the version has none)."""
+        fn = self.speculative_sampling
+        if fn is None:
+
+            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+                raise AdapterError(f"transformers {self.version} has no generation.utils._speculative_sampling")
+
+            return missing
+        return speculative_sampling_sampler(fn)
+
+    def cases(self) -> tuple[Case, ...]:
+        """Direct cases (skipped without _speculative_sampling) and the end-to-end cases."""
+        if self.speculative_sampling is None:
+            direct = tuple(_skipped(c, "this version has no _speculative_sampling") for c in DIRECT_CASES)
+        else:
+            # One Python call per trial (60 us; 1.4 ms at V = 50,257): the battery is designed at TV 0.1
+            # here, 0.25 for the large vocabulary, and a cheap subset forms the quick profile.
+            direct = tuple(
+                replace(
+                    c,
+                    epsilon=max(c.epsilon, LARGE_VOCAB_EPSILON if c.step().vocab_size >= 10_000 else DIRECT_EPSILON),
+                    quick=c.id in QUICK_DIRECT,
+                )
+                for c in DIRECT_CASES
+            )
+        return direct + self._e2e_cases()
+
+    def _e2e_cases(self) -> tuple[Case, ...]:
+        cases: list[Case] = []
+        for processing, label in ((Processing(), "plain"), (_PROCESSING_ON, "processed")):
+            desc = "processors off" if label == "plain" else "temperature 0.7, top-k 3, top-p 0.9"
+            cases.append(
+                self._sampling_case(
+                    f"e2e/control/{label}", f"plain sampling, no assistant ({desc}): checks the reference law", processing, {}
+                )
+            )
+            cases.append(
+                self._sampling_case(
+                    f"e2e/assistant_model/{label}",
+                    f"assistant model with the same tokenizer ({desc})",
+                    processing,
+                    {"assistant_model": True},
+                    feature="assistant_model",
+                )
+            )
+            cases.append(
+                self._sampling_case(
+                    f"e2e/prompt_lookup/{label}",
+                    f"prompt lookup decoding ({desc})",
+                    processing,
+                    {"prompt_lookup_num_tokens": 2},
+                    feature="prompt_lookup",
+                )
+            )
+        cases.append(self._greedy_case("e2e/greedy/assistant_model", {"assistant_model": True}, "assistant_model"))
+        cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": 2}, "prompt_lookup"))
+        for name, feature in (
+            ("different_tokenizers", "different_tokenizers"),
+            ("early_exit", "early_exit"),
+            ("mtp", "mtp"),
+            ("dflash", "dflash"),
+        ):
+            reason = (
+                f"transformers {self.version} has no {feature} path"
+                if not self.features.get(feature)
+                else "not covered yet by specwatch's catalogue (needs tokenizers / model-specific heads)"
+            )
+            cases.append(
+                Case(id=f"e2e/{name}", family="e2e", description=f"{name.replace('_', ' ')} drafting", epsilon=0.1, skip_reason=reason)
+            )
+        return tuple(cases)
+
+    def _sampling_case(
+        self, case_id: str, description: str, processing: Processing, options: dict[str, Any], feature: str | None = None
+    ) -> Case:
+        skip = None if feature is None or self.features.get(feature) else f"transformers {self.version} has no {feature} path"
+
+        def make(device: torch.device) -> Experiment:
+            return GenerateExperiment(self.module, processing, options, device)
+
+        # Quick profile: the speculative paths with processors on (they exercise the most code).
+        quick = processing is _PROCESSING_ON and feature is not None
+        return Case(id=case_id, family="e2e", description=description, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick)
+
+    def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
+        skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
+
+        def make(device: torch.device) -> Experiment:
+            return GreedyEquivalenceExperiment(self.module, options, device)
+
+        return Case(
+            id=case_id,
+            family="e2e",
+            description="do_sample=False: assisted output equals plain greedy output exactly (64 prompts)",
+            epsilon=0.1,
+            make_experiment=make,
+            skip_reason=skip,
+        )
+
+
+def _git_head(folder: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)  # noqa: S603, S607
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _skipped(case: Case, reason: str) -> Case:
+    return replace(case, make_step=None, skip_reason=reason)
+
+
+def _generation_config_fields(transformers: ModuleType) -> set[str]:
+    config = transformers.GenerationConfig()
+    return set(vars(config)) | set(inspect.signature(transformers.GenerationConfig.__init__).parameters)
+
+
+def tiny_models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
+    """A 2-layer target and a different 1-layer draft Llama over a 6-token vocabulary (seeded).
+
+    The output heads are scaled so next-token laws are peaked but not degenerate.
+    """
+
+    def build(seed: int, layers: int, scale: float) -> Any:
+        torch.manual_seed(seed)
+        config = transformers.LlamaConfig(
+            vocab_size=E2E_VOCAB,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            bos_token_id=0,
+            eos_token_id=_UNREACHABLE_EOS,
+            pad_token_id=0,
+            tie_word_embeddings=False,
+        )
+        model = transformers.LlamaForCausalLM(config).eval().to(device)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(scale)
+        return model
+
+    return build(1, 2, 12.0), build(2, 1, 12.0)
+
+
+class GenerateExperiment:
+    """Trials of ``generate(do_sample=True)``; the check is the joint law of the first L new tokens.
+
+    One observation per trial: the cell of (y_1..y_L) in base V. The null is the exact law
+    prod_t p(y_t | prompt, y_<t) with p the target model's next-token law after ``processing``
+    (Hugging Face's order: temperature, top-k, top-p).
+    """
+
+    def __init__(self, transformers: ModuleType, processing: Processing, options: dict[str, Any], device: torch.device) -> None:
+        self.transformers = transformers
+        self.processing = processing
+        self.device = device
+        self.target, self.draft = tiny_models(transformers, device)
+        self.options = {k: (self.draft if k == "assistant_model" else v) for k, v in options.items()}
+        self.prompt = torch.tensor([_PROMPT], device=device)
+        self.law = sequence_law(self._next_token(self.prompt), E2E_LENGTH, E2E_VOCAB)
+        self._checks = (CheckSpec(f"lossless/first{E2E_LENGTH}", Layer.LOSSLESS, self.law, 1.0),)
+
+    def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
+        def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+            ids = torch.cat((prompt, torch.tensor([prefix], dtype=torch.long, device=self.device)), dim=1) if prefix else prompt
+            with torch.no_grad():
+                logits = self.target(ids).logits[0, -1].double()
+            return self.processing.probs(logits).cpu().numpy()
+
+        return oracle
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return self._checks
+
+    @property
+    def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def fixed_trials(self) -> None:
+        return None
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        p = self.processing
+        return {
+            "do_sample": True,
+            "max_new_tokens": E2E_LENGTH,
+            "temperature": p.temperature,
+            "top_k": p.top_k if p.top_k is not None else 0,
+            "top_p": p.top_p if p.top_p is not None else 1.0,
+            "pad_token_id": 0,
+            "eos_token_id": _UNREACHABLE_EOS,
+            **self.options,
+        }
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        counts = np.zeros(len(self.law), dtype=np.int64)
+        kwargs = self.generation_kwargs()
+        prompt, mask = self.prompt, torch.ones_like(self.prompt)
+        for _ in range(n):
+            with torch.no_grad():
+                out = self.target.generate(prompt, attention_mask=mask, **kwargs)
+            new = out[0, prompt.shape[1] :].tolist()
+            if len(new) < E2E_LENGTH or any(not 0 <= t < E2E_VOCAB for t in new[:E2E_LENGTH]):
+                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {E2E_LENGTH} new tokens"),), 0, b"")
+            counts[sum(t * E2E_VOCAB ** (E2E_LENGTH - 1 - j) for j, t in enumerate(new[:E2E_LENGTH]))] += 1
+        sample = counts.tobytes() if n >= 1 else b""
+        return Observation({self._checks[0].name: counts}, (), 0, sample)
+
+
+class GreedyEquivalenceExperiment:
+    """``do_sample=False``: assisted generation must return exactly plain greedy's tokens."""
+
+    prompts = 64
+
+    def __init__(self, transformers: ModuleType, options: dict[str, Any], device: torch.device) -> None:
+        self.target, self.draft = tiny_models(transformers, device)
+        self.options = {k: (self.draft if k == "assistant_model" else v) for k, v in options.items()}
+        self.device = device
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return ()
+
+    @property
+    def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.prompts
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        base = {"do_sample": False, "max_new_tokens": 6, "pad_token_id": 0, "eos_token_id": _UNREACHABLE_EOS}
+        violations: list[Violation] = []
+        samples: list[int] = []
+        for _ in range(n):
+            length = int(torch.randint(2, 7, (1,), generator=generator))
+            prompt = torch.randint(0, E2E_VOCAB, (1, length), generator=generator).to(self.device)
+            mask = torch.ones_like(prompt)
+            with torch.no_grad():
+                plain = self.target.generate(prompt, attention_mask=mask, **base)
+                assisted = self.target.generate(prompt, attention_mask=mask, **base, **self.options)
+            samples.extend(assisted[0].tolist())
+            if not torch.equal(plain, assisted):
+                violations.append(
+                    Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
+                )
+                break
+        return Observation({}, tuple(violations), 0, np.asarray(samples, dtype=np.int64).tobytes())

@@ -1,0 +1,71 @@
+"""Celery tasks: thin wrappers that take ids, build the process's session factory and settings, and commit.
+
+``workers.run_suite(run_id)`` executes one attempt of a run (:func:`workers.execution.execute_run`);
+``workers.sweep_runs()`` re-enqueues runs nobody is working on (:func:`workers.runs.sweep`). Both are
+idempotent. Retries are for infrastructure only (the database or the broker unreachable), with backoff and a
+cap; whatever a commit or the suite does is recorded on the run, never retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from kombu.exceptions import OperationalError as BrokerError
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from service.db import session_factory, session_scope
+from service.settings import get_settings
+from workers.celery_app import RUN_SUITE, SWEEP_RUNS, app
+from workers.execution import execute_run, utcnow
+from workers.runs import sweep
+from workers.settings import get_worker_settings
+
+log = logging.getLogger(__name__)
+
+#: Errors worth retrying: the database or the broker is unreachable or dropped the connection.
+INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, BrokerError, ConnectionError)
+_PUBLISH_RETRY_POLICY: dict[str, Any] = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+
+
+@app.task(
+    name=RUN_SUITE,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=INFRASTRUCTURE_ERRORS,
+    max_retries=5,
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+)
+def run_suite(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
+    """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker)."""
+    result = execute_run(run_id, factory=session_factory(), settings=get_worker_settings())
+    return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
+
+
+@app.task(
+    name=SWEEP_RUNS,
+    bind=True,
+    autoretry_for=INFRASTRUCTURE_ERRORS,
+    max_retries=3,
+    retry_backoff=2,
+    retry_backoff_max=60,
+)
+def sweep_runs(self: Task[Any, Any]) -> dict[str, list[int]]:
+    """Re-enqueue runs left queued past their lease or running under an expired one; give up after max attempts."""
+    with session_scope(session_factory()) as session:
+        report = sweep(session, now=utcnow(), queued_lease_s=get_settings().queued_lease_s)
+    sent: list[int] = []
+    for run_id in report.requeued:  # after commit: a run is never enqueued before it is visibly queued
+        try:
+            run_suite.apply_async(args=(run_id,), retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
+        except INFRASTRUCTURE_ERRORS as exc:
+            log.warning("requeue_failed run_id=%s error=%s: %s (next sweep retries)", run_id, type(exc).__name__, exc)
+            continue
+        sent.append(run_id)
+    if report.requeued or report.gave_up:
+        log.info("sweep requeued=%s gave_up=%s", sent, report.gave_up)
+    return {"requeued": sent, "gave_up": report.gave_up}
