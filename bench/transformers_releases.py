@@ -21,7 +21,7 @@ from pathlib import Path
 DEFAULT_RELEASES = ["4.37.2", "4.40.2", "4.44.2", "4.48.3", "4.52.4", "4.57.6", "5.5.4", "5.15.1", "5.24.0"]
 
 
-def run_release(version: str, out: Path, quick: bool) -> tuple[int, dict | None, float, str]:
+def run_release(version: str, out: Path, quick: bool, jobs: int) -> tuple[int, dict | None, float, str]:
     result_file = out / f"transformers-{version}.json"
     cmd = [
         sys.executable,
@@ -37,6 +37,8 @@ def run_release(version: str, out: Path, quick: bool) -> tuple[int, dict | None,
     ]
     if quick:
         cmd.append("--quick")
+    if jobs > 1:
+        cmd += ["--jobs", str(jobs)]
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
     elapsed = time.perf_counter() - started
@@ -65,11 +67,12 @@ def main() -> None:
     parser.add_argument("versions", nargs="*", default=DEFAULT_RELEASES)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("results-transformers"))
+    parser.add_argument("--jobs", type=int, default=2, help="processes per release run")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{'release':10} {'exit':>4} {'direct':28} {'e2e':28} {'wall s':>7}  failing cases")
     for version in args.versions:
-        code, payload, elapsed, last_err = run_release(version, args.out, args.quick)
+        code, payload, elapsed, last_err = run_release(version, args.out, args.quick, args.jobs)
         if payload is None:
             print(f"{version:10} {code:>4} {'(no result)':28} {'':28} {elapsed:7.0f}  {last_err}", flush=True)
             continue

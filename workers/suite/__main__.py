@@ -18,6 +18,7 @@ import torch
 
 from workers.suite.cases import select
 from workers.suite.mutants import MUTANTS
+from workers.suite.parallel import ProcessPool
 from workers.suite.results import CaseResult, Verdict
 from workers.suite.runner import Progress, SuiteConfig, run_suite
 from workers.suite.targets import TargetError, resolve
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
     run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing case")
+    run.add_argument("--jobs", type=int, default=1, help="processes to run cases in (one thread each)")
     run.add_argument("--json", type=Path, default=None, help="also write the run result to this file")
     run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
     lister = sub.add_parser("list", help="list cases as JSON")
@@ -130,15 +132,23 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     def on_result(r: CaseResult) -> None:
         _emit("case", result=r.to_dict())
 
-    result = run_suite(
-        cases,
-        target.sampler,
-        config,
-        target=target.spec,
-        library=target.library,
-        progress=progress if args.events else None,
-        on_result=on_result if args.events else None,
-    )
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    pool = ProcessPool(target.spec, args.jobs) if args.jobs > 1 else None
+    try:
+        result = run_suite(
+            cases,
+            target.sampler,
+            config,
+            target=target.spec,
+            library=target.library,
+            progress=progress if args.events else None,
+            on_result=on_result if args.events else None,
+            pool=pool,
+        )
+    finally:
+        if pool is not None:
+            pool.close()
     payload = result.to_dict()
     if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")

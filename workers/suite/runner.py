@@ -7,9 +7,10 @@ import math
 import platform
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 import numpy as np
 import scipy
@@ -369,6 +370,45 @@ def _empty_result(case: Case, config: SuiteConfig, tests_in_run: int, *, verdict
     )
 
 
+class CasePool(Protocol):
+    """Runs cases by id in other processes; yields (index, result) as each finishes."""
+
+    def run(self, items: Sequence[tuple[int, Case]], config: SuiteConfig, tests: int) -> Iterator[tuple[int, CaseResult]]: ...
+
+    def cancel(self) -> None: ...
+
+
+def _run_pooled(
+    pool: CasePool,
+    cases: Sequence[Case],
+    built: Sequence[Experiment | BaseException | None],
+    config: SuiteConfig,
+    tests: int,
+    *,
+    on_result: Callable[[CaseResult], None] | None,
+) -> list[CaseResult]:
+    done: dict[int, CaseResult] = {}
+    runnable: list[tuple[int, Case]] = []
+    for index, (case, experiment) in enumerate(zip(cases, built, strict=True)):
+        if experiment is None:
+            done[index] = skipped_result(case, config, tests, case.skip_reason or "skipped")
+        elif isinstance(experiment, BaseException):
+            done[index] = error_result(case, config, tests, experiment, 0.0)
+        else:
+            runnable.append((index, case))
+    for result in done.values():
+        if on_result is not None:
+            on_result(result)
+    for index, result in pool.run(runnable, config, tests):
+        done[index] = result
+        if on_result is not None:
+            on_result(result)
+        if config.fail_fast and result.verdict == Verdict.FAIL:
+            pool.cancel()
+            break
+    return [done[i] for i in sorted(done)]
+
+
 def run_suite(
     cases: Sequence[Case],
     sampler: Sampler,
@@ -378,8 +418,13 @@ def run_suite(
     library: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    pool: CasePool | None = None,
 ) -> RunResult:
-    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni)."""
+    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni).
+
+    With a ``pool`` the runnable cases execute in other processes (results arrive as they finish;
+    per-batch progress is not forwarded); the run result lists cases in catalogue order.
+    """
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     device = torch.device(config.device)
@@ -394,7 +439,11 @@ def run_suite(
             built.append(exc)
     tests = max(1, sum(len(e.checks) for e in built if e is not None and not isinstance(e, BaseException)))
     results: list[CaseResult] = []
+    if pool is not None:
+        results = _run_pooled(pool, cases, built, config, tests, on_result=on_result)
     for index, (case, experiment) in enumerate(zip(cases, built, strict=True)):
+        if pool is not None:
+            break
         case_started = time.perf_counter()
         if experiment is None:
             result = skipped_result(case, config, tests, case.skip_reason or "skipped")

@@ -137,7 +137,8 @@ QUICK_DIRECT = frozenset(
 #: Tiny vocabulary of the end-to-end models, and how many generated tokens are tested jointly.
 E2E_VOCAB = 6
 E2E_LENGTH = 2
-#: An end-of-sequence id outside the vocabulary: generation never stops early (4.37 needs some EOS).
+#: An end-of-sequence (and padding) id outside the vocabulary: generation never stops early (4.37
+#: needs some EOS) and no generated token is mistaken for padding.
 _UNREACHABLE_EOS = E2E_VOCAB
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
@@ -238,6 +239,24 @@ class TransformersAdapter:
             )
             cases.append(
                 self._sampling_case(
+                    f"e2e/early_exit/{label}",
+                    f"early-exit assistant: the target's first layer drafts ({desc})",
+                    processing,
+                    {"assistant_early_exit": 1},
+                    feature="early_exit",
+                )
+            )
+            cases.append(
+                self._sampling_case(
+                    f"e2e/different_tokenizers/{label}",
+                    f"assistant with a different, partly overlapping vocabulary: universal assisted generation ({desc})",
+                    processing,
+                    {"assistant_model": "other_vocabulary", "tokenizer": "target", "assistant_tokenizer": "assistant"},
+                    feature="different_tokenizers",
+                )
+            )
+            cases.append(
+                self._sampling_case(
                     f"e2e/prompt_lookup/{label}",
                     f"prompt lookup decoding ({desc})",
                     processing,
@@ -247,16 +266,20 @@ class TransformersAdapter:
             )
         cases.append(self._greedy_case("e2e/greedy/assistant_model", {"assistant_model": True}, "assistant_model"))
         cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": 2}, "prompt_lookup"))
-        for name, feature in (
-            ("different_tokenizers", "different_tokenizers"),
-            ("early_exit", "early_exit"),
-            ("mtp", "mtp"),
-            ("dflash", "dflash"),
-        ):
+        cases.append(
+            self._greedy_case(
+                "e2e/greedy/assistant_model_generated_pad",
+                {"assistant_model": True},
+                "assistant_model",
+                pad_token_id=0,
+                note=" with pad_token_id equal to a token the model generates",
+            )
+        )
+        for name, feature in (("mtp", "mtp"), ("dflash", "dflash")):
             reason = (
                 f"transformers {self.version} has no {feature} path"
                 if not self.features.get(feature)
-                else "not covered yet by specwatch's catalogue (needs tokenizers / model-specific heads)"
+                else "not covered yet by specwatch's catalogue (needs a model class with its drafting heads)"
             )
             cases.append(
                 Case(id=f"e2e/{name}", family="e2e", description=f"{name.replace('_', ' ')} drafting", epsilon=0.1, skip_reason=reason)
@@ -275,16 +298,18 @@ class TransformersAdapter:
         quick = processing is _PROCESSING_ON and feature is not None
         return Case(id=case_id, family="e2e", description=description, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick)
 
-    def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
+    def _greedy_case(
+        self, case_id: str, options: dict[str, Any], feature: str, *, pad_token_id: int = _UNREACHABLE_EOS, note: str = ""
+    ) -> Case:
         skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
 
         def make(device: torch.device) -> Experiment:
-            return GreedyEquivalenceExperiment(self.module, options, device)
+            return GreedyEquivalenceExperiment(self.module, options, device, pad_token_id=pad_token_id)
 
         return Case(
             id=case_id,
             family="e2e",
-            description="do_sample=False: assisted output equals plain greedy output exactly (64 prompts)",
+            description=f"do_sample=False: assisted output equals plain greedy output exactly (64 prompts){note}",
             epsilon=0.1,
             make_experiment=make,
             skip_reason=skip,
@@ -314,27 +339,58 @@ def tiny_models(transformers: ModuleType, device: torch.device) -> tuple[Any, An
     The output heads are scaled so next-token laws are peaked but not degenerate.
     """
 
-    def build(seed: int, layers: int, scale: float) -> Any:
-        torch.manual_seed(seed)
-        config = transformers.LlamaConfig(
-            vocab_size=E2E_VOCAB,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=layers,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            bos_token_id=0,
-            eos_token_id=_UNREACHABLE_EOS,
-            pad_token_id=0,
-            tie_word_embeddings=False,
-        )
-        model = transformers.LlamaForCausalLM(config).eval().to(device)
-        with torch.no_grad():
-            model.lm_head.weight.mul_(scale)
-        return model
+    return _tiny_llama(transformers, device, seed=1, layers=2), _tiny_llama(transformers, device, seed=2, layers=1)
 
-    return build(1, 2, 12.0), build(2, 1, 12.0)
+
+def _tiny_llama(
+    transformers: ModuleType, device: torch.device, *, seed: int, layers: int, vocab: int = E2E_VOCAB, scale: float = 12.0
+) -> Any:
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=max(vocab, _UNREACHABLE_EOS),
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config).eval().to(device)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+#: Word-level vocabularies: the target's ids are the model's ids; the assistant's vocabulary shares
+#: a, b, c, d, lacks e and adds x, y (so some drafts have no target token and are re-encoded).
+_TARGET_WORDS = ("<u>", "a", "b", "c", "d", "e")
+_ASSISTANT_WORDS = ("<u>", "a", "b", "c", "x", "y", "d")
+
+
+def word_tokenizer(transformers: ModuleType, words: Sequence[str]) -> Any:
+    """A whitespace word-level fast tokenizer built offline with the tokenizers library."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415 - optional
+
+    backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
+
+
+def _resolve_options(transformers: ModuleType, options: dict[str, Any], draft: Any, device: torch.device) -> dict[str, Any]:
+    """generate() options with placeholders replaced by tiny models and tokenizers."""
+    resolved = dict(options)
+    if resolved.get("assistant_model") is True:
+        resolved["assistant_model"] = draft
+    elif resolved.get("assistant_model") == "other_vocabulary":
+        resolved["assistant_model"] = _tiny_llama(transformers, device, seed=3, layers=1, vocab=len(_ASSISTANT_WORDS))
+        resolved["tokenizer"] = word_tokenizer(transformers, _TARGET_WORDS)
+        resolved["assistant_tokenizer"] = word_tokenizer(transformers, _ASSISTANT_WORDS)
+    return resolved
 
 
 class GenerateExperiment:
@@ -350,7 +406,7 @@ class GenerateExperiment:
         self.processing = processing
         self.device = device
         self.target, self.draft = tiny_models(transformers, device)
-        self.options = {k: (self.draft if k == "assistant_model" else v) for k, v in options.items()}
+        self.options = _resolve_options(transformers, options, self.draft, device)
         self.prompt = torch.tensor([_PROMPT], device=device)
         self.law = sequence_law(self._next_token(self.prompt), E2E_LENGTH, E2E_VOCAB)
         self._checks = (CheckSpec(f"lossless/first{E2E_LENGTH}", Layer.LOSSLESS, self.law, 1.0),)
@@ -384,7 +440,7 @@ class GenerateExperiment:
             "temperature": p.temperature,
             "top_k": p.top_k if p.top_k is not None else 0,
             "top_p": p.top_p if p.top_p is not None else 1.0,
-            "pad_token_id": 0,
+            "pad_token_id": _UNREACHABLE_EOS,  # batch size 1 never pads; a generated pad id changes masks in 4.40
             "eos_token_id": _UNREACHABLE_EOS,
             **self.options,
         }
@@ -410,10 +466,11 @@ class GreedyEquivalenceExperiment:
 
     prompts = 64
 
-    def __init__(self, transformers: ModuleType, options: dict[str, Any], device: torch.device) -> None:
+    def __init__(self, transformers: ModuleType, options: dict[str, Any], device: torch.device, *, pad_token_id: int) -> None:
         self.target, self.draft = tiny_models(transformers, device)
-        self.options = {k: (self.draft if k == "assistant_model" else v) for k, v in options.items()}
+        self.options = _resolve_options(transformers, options, self.draft, device)
         self.device = device
+        self.pad_token_id = pad_token_id
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
@@ -428,7 +485,7 @@ class GreedyEquivalenceExperiment:
         return self.prompts
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        base = {"do_sample": False, "max_new_tokens": 6, "pad_token_id": 0, "eos_token_id": _UNREACHABLE_EOS}
+        base = {"do_sample": False, "max_new_tokens": 6, "pad_token_id": self.pad_token_id, "eos_token_id": _UNREACHABLE_EOS}
         violations: list[Violation] = []
         samples: list[int] = []
         for _ in range(n):

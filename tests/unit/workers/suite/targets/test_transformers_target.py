@@ -97,3 +97,35 @@ def test_a_bug_patched_into_candidate_generation_fails_the_matching_case(target,
     assert result.verdict == Verdict.FAIL, result.reason
     assert result.lossless == Verdict.FAIL
     assert result.n_trials < result.trial_cap
+
+
+# Finding, transformers 5.24.0 (docs/findings.md, "Universal assisted generation reports a permuted q"):
+# with do_sample=True and an assistant vocabulary that is not a subset of the target's, the
+# AssistantToTargetTranslator prunes the assistant's LM head to the shared tokens in get_vocab()
+# order (a hash order for fast tokenizers) but get_target_logits writes the pruned logits back in
+# assistant-id order. Drafts are mapped correctly, so the q reported to _speculative_sampling is a
+# permutation of the q the drafts were sampled from: the output is not the target's law. The one-line
+# fix below (index the target slots by the pruned rows) makes the same case pass.
+def _fixed_get_target_logits(self, assistant_logits):
+    target_logits = torch.full((*assistant_logits.shape[:-1], self.target_vocab_size), self.FILTER_VALUE, device=assistant_logits.device)
+    if self.assistant_prune_lm_head:
+        target_logits[..., self._assistant_to_target_input_ids[self.assistant_overlap_token_ids]] = assistant_logits  # the fix
+        return target_logits
+    mask = self._assistant_to_target_input_ids != self.SUPPRESS_TOKEN_ID
+    valid = assistant_logits[..., : self._assistant_to_target_input_ids.shape[0]]
+    target_logits[..., self._assistant_to_target_input_ids[mask]] = valid[..., mask]
+    return target_logits
+
+
+@pytest.mark.slow
+def test_finding_universal_assisted_generation_reports_a_permuted_q(target, monkeypatch):
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
+    from transformers.generation import candidate_generator
+
+    result = _run(target, ["e2e/different_tokenizers/plain"]).results[0]
+    assert result.verdict == Verdict.FAIL, result.reason  # expected failure: a confirmed upstream bug
+    assert result.lossless == Verdict.FAIL
+    monkeypatch.setattr(candidate_generator.AssistantToTargetTranslator, "get_target_logits", _fixed_get_target_logits)
+    fixed = _run(target, ["e2e/different_tokenizers/plain"]).results[0]
+    assert fixed.verdict == Verdict.PASS, fixed.reason

@@ -1,0 +1,60 @@
+"""Run cases in several processes (one thread each): the suite's way to use every core.
+
+Each worker process resolves the target from its spec once and rebuilds a case's experiment from
+the case id, so nothing but ids, configuration and frozen results crosses process boundaries.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+
+import torch
+
+from workers.suite.cases import Case
+from workers.suite.results import CaseResult
+from workers.suite.runner import SuiteConfig, error_result, run_case
+from workers.suite.targets import Target, resolve
+
+_TARGET: Target | None = None
+
+
+def _initialise(spec: str) -> None:
+    global _TARGET  # noqa: PLW0603 - one resolved target per worker process
+    torch.set_num_threads(1)
+    _TARGET = resolve(spec)
+
+
+def _run_one(case_id: str, index: int, total: int, config: SuiteConfig, tests: int) -> CaseResult:
+    if _TARGET is None:
+        raise RuntimeError("worker process was not initialised")
+    case = next(c for c in _TARGET.cases if c.id == case_id)
+    try:
+        experiment = case.build(_TARGET.sampler, torch.device(config.device))
+        return run_case(case, experiment, config, tests, index=index, total=total)
+    except Exception as exc:  # noqa: BLE001 - a crashing target is that case's error
+        return error_result(case, config, tests, exc, 0.0)
+
+
+class ProcessPool:
+    """A ``CasePool`` of ``jobs`` spawned processes testing the target named by ``spec``."""
+
+    def __init__(self, spec: str, jobs: int) -> None:
+        self._executor = ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_initialise, initargs=(spec,)
+        )
+
+    def run(self, items: Sequence[tuple[int, Case]], config: SuiteConfig, tests: int) -> Iterator[tuple[int, CaseResult]]:
+        total = len(items)
+        futures: dict[Future[CaseResult], int] = {
+            self._executor.submit(_run_one, case.id, index, total, config, tests): index for index, case in items
+        }
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+    def cancel(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
