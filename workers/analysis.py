@@ -1,0 +1,123 @@
+"""Decisions over runs: confirmation by optional continuation, acceptance drift, bisection.
+
+Pure functions over plain values (no database, no Celery): the analysis tasks load rows, call these,
+and store what they decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What an alert is about."""
+
+    VIOLATION = "violation"  # losslessness fails: emitted tokens do not follow the target law
+    PERFORMANCE = "performance"  # lossless, but the acceptance behaviour changed (conformance fails)
+    BROKEN = "broken"  # the commit does not import or crashes the suite: not a statistical finding
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One case's evidence from one run: its log e-value against its own threshold."""
+
+    log_e_value: float | None  # None: refuted with certainty (an impossible observation)
+    threshold: float
+
+    @property
+    def log_threshold(self) -> float:
+        return math.log(self.threshold)
+
+
+def confirmed(first: Evidence, confirmation: Evidence) -> bool:
+    """Optional continuation: the product of the two runs' e-values against the product of thresholds.
+
+    The confirmation run uses fresh seeds, so E1 * E2 is an e-value for the case (Vovk & Wang 2021;
+    Grunwald et al. 2024); rejecting when E1 * E2 >= T1 * T2 keeps the false-alarm rate of an alert
+    at most 1 / (T1 T2) <= (alpha/m)^2 per case, while a very strong first run can carry a weaker
+    confirmation. A certain refutation (None) in the confirmation run confirms on its own.
+    """
+    if confirmation.log_e_value is None:
+        return True
+    first_log = math.inf if first.log_e_value is None else first.log_e_value
+    return first_log + confirmation.log_e_value >= first.log_threshold + confirmation.log_threshold
+
+
+@dataclass(frozen=True)
+class AcceptanceSample:
+    """Mean accepted drafts per trial over ``trials`` trials, each in [0, gamma]."""
+
+    mean: float
+    trials: int
+    gamma: int
+
+
+@dataclass(frozen=True)
+class Drift:
+    difference: float  # current minus baseline mean acceptance
+    radius: float  # half-width at which the difference becomes significant
+    significant: bool
+
+
+def acceptance_drift(current: AcceptanceSample, baseline: Sequence[AcceptanceSample], alpha: float) -> Drift | None:
+    """Is the current commit's mean acceptance different from the recent passing baseline?
+
+    Two-sided, calibrated by Hoeffding's inequality for bounded variables (each trial's accepted
+    count lies in [0, gamma]): under "same mean", P(|mean_c - mean_b| >= r) <= alpha with
+    r = gamma * sqrt(ln(4 / alpha) / 2) * sqrt(1/n_c + 1/n_b) (a union of the two one-sample bounds).
+    Valid for any trial count, no asymptotics; conservative. None when there is no baseline.
+    """
+    pool = [b for b in baseline if b.trials > 0 and b.gamma == current.gamma]
+    if not pool or current.trials == 0:
+        return None
+    n_b = sum(b.trials for b in pool)
+    mean_b = sum(b.mean * b.trials for b in pool) / n_b
+    radius = current.gamma * math.sqrt(math.log(4.0 / alpha) / 2.0) * math.sqrt(1.0 / current.trials + 1.0 / n_b)
+    difference = current.mean - mean_b
+    return Drift(difference=difference, radius=radius, significant=abs(difference) >= radius)
+
+
+class Outcome(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    UNKNOWN = "unknown"  # not tested yet, or broken (cannot say)
+
+
+@dataclass(frozen=True)
+class Bisection:
+    """The state of a first-bad-commit search over commits in branch order (oldest first)."""
+
+    first_bad: str | None  # known once the last good commit is directly followed by a bad one
+    next_to_test: str | None  # the midpoint of the remaining untested range
+    last_good: str | None
+
+
+def bisect(commits: Sequence[str], outcomes: Mapping[str, Outcome]) -> Bisection:
+    """Next commit to test between the newest good commit before the first known bad one.
+
+    ``commits`` is the branch order (oldest first); ``outcomes`` the known result per sha. Commits
+    whose outcome is unknown (untested, or broken so they cannot tell) between the last good and the
+    first bad are the search range; the midpoint is tested next (git-bisect's rule), so a range of
+    k untested commits needs ceil(log2(k + 1)) runs. Broken commits (outcome UNKNOWN) are not
+    retested: if only they separate good from bad, the earliest bad one is named. Without any good
+    commit before it, the earliest bad monitored commit is named (there is nothing to bisect against).
+    """
+    first_bad_index = next((i for i, sha in enumerate(commits) if outcomes.get(sha) == Outcome.BAD), None)
+    if first_bad_index is None:
+        return Bisection(first_bad=None, next_to_test=None, last_good=_last(commits, outcomes, Outcome.GOOD, len(commits)))
+    last_good_index = next((i for i in range(first_bad_index - 1, -1, -1) if outcomes.get(commits[i]) == Outcome.GOOD), None)
+    if last_good_index is None:  # nothing good was ever seen: the first bad among the monitored commits
+        return Bisection(first_bad=commits[first_bad_index], next_to_test=None, last_good=None)
+    untested = [i for i in range(last_good_index + 1, first_bad_index) if commits[i] not in outcomes]
+    last_good = commits[last_good_index]
+    if not untested:
+        return Bisection(first_bad=commits[first_bad_index], next_to_test=None, last_good=last_good)
+    middle = untested[(len(untested) - 1) // 2]
+    return Bisection(first_bad=None, next_to_test=commits[middle], last_good=last_good)
+
+
+def _last(commits: Sequence[str], outcomes: Mapping[str, Outcome], outcome: Outcome, end: int) -> str | None:
+    return next((commits[i] for i in range(end - 1, -1, -1) if outcomes.get(commits[i]) == outcome), None)
