@@ -7,6 +7,7 @@ case and a results table. The control plane never imports torch; the suite runs 
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from enum import StrEnum
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Any
 
 import typer
@@ -159,7 +161,10 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
 
 @app.command()
 def check(
-    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function")] = "reference",
+    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function | transformers")] = "reference",
+    pip: Annotated[str | None, typer.Option(help="test this release, e.g. transformers==4.46.3 (isolated cached install)")] = None,
+    source: Annotated[Path | None, typer.Option(help="test a source checkout (its src/ first on PYTHONPATH)")] = None,
+    jobs: Annotated[int, typer.Option(help="processes to run cases in (one thread each)")] = 1,
     cases: Annotated[list[str] | None, typer.Option(help="case id glob; repeat for several")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="test every case at TV >= 0.1: fewer trials")] = False,
     alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run")] = 1e-4,
@@ -173,17 +178,25 @@ def check(
 
     Exit status: 0 all cases pass, 1 a violation, 2 a usage or target error.
     """
-    args = ["run", "--events", "--target", target, "--alpha", repr(alpha), "--seed", str(seed), "--device", device.value]
+    args = [
+        "run",
+        "--events",
+        "--target",
+        target,
+        "--alpha",
+        repr(alpha),
+        "--seed",
+        str(seed),
+        "--device",
+        device.value,
+        "--jobs",
+        str(jobs),
+    ]
     for pattern in cases or []:
         args += ["--cases", pattern]
-    if quick:
-        args.append("--quick")
-    if epsilon is not None:
-        args += ["--epsilon", repr(epsilon)]
-    if json_file is not None:
-        args += ["--json", str(json_file)]
-    if fail_fast:
-        args.append("--fail-fast")
+    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--json": json_file, "--pip": pip, "--source": source}
+    args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
+    args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
     code, results, error, stderr = _stream(suite_command(args))
     if results:
         out.print(results_table(results))
@@ -200,6 +213,66 @@ def check(
     else:
         console.print(f"[green]all {len(results)} case(s) passed[/]")
     raise typer.Exit(code)
+
+
+# --- the service: embedded (serve) and production (worker, beat) ---------------------------------------
+
+# Options that Celery's own CLI takes go through unchanged (e.g. `specwatch worker --pool solo --without-gossip`).
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _workers_cli() -> ModuleType:
+    """:mod:`workers.cli`, imported by name when a service command runs.
+
+    The control plane never imports ``workers`` (the import-linter contract: the API and its tests load no
+    Celery worker code); the ``specwatch`` console script is one entry point for both, so the commands that
+    start workers reach them the way the web side reaches tasks, by name.
+    """
+    return importlib.import_module("workers.cli")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="address the API listens on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port the API listens on (0: any free port)", min=0, max=65535)] = 8000,
+    database_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL of the database (default: SPECWATCH_DATABASE_URL, else ./specwatch.db)")
+    ] = None,
+) -> None:
+    """Run the whole service in one process: the API, a worker and the scheduler, no Redis needed.
+
+    The database is migrated on start (SQLite by default). Runs execute one at a time in this process.
+    Production runs `specwatch worker` and `specwatch beat` on Redis instead.
+    """
+    raise typer.Exit(_workers_cli().serve(host=host, port=port, database_url=database_url))
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def worker(
+    ctx: typer.Context,
+    queues: Annotated[str, typer.Option("--queues", "-Q", help="queues to consume, comma-separated")] = "gpu,default",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="tasks at a time (gpu: one per GPU)", min=1)] = 1,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+    hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="node name, e.g. gpu-1@%h")] = None,
+) -> None:
+    """Run a Celery worker on the broker of SPECWATCH_REDIS_URL (production shape).
+
+    Other options are Celery's (`celery worker --help`).
+    """
+    raise typer.Exit(_workers_cli().worker(queues=queues, concurrency=concurrency, loglevel=loglevel, hostname=hostname, extra=ctx.args))
+
+
+@app.command(context_settings=_PASSTHROUGH)
+def beat(
+    ctx: typer.Context,
+    schedule: Annotated[Path | None, typer.Option("--schedule", "-s", help="beat's schedule file")] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+) -> None:
+    """Run the scheduler (sweeper, pollers): exactly one per deployment (production shape).
+
+    Other options are Celery's (`celery beat --help`).
+    """
+    raise typer.Exit(_workers_cli().beat(schedule=schedule, loglevel=loglevel, extra=ctx.args))
 
 
 def main() -> None:

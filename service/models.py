@@ -87,6 +87,11 @@ class CommitPolicy(enum.StrEnum):
     every = "every"  # every new commit gets a run
 
 
+class PollKind(enum.StrEnum):
+    branch = "branch"  # a watched branch of a source-installed target, polled with `git ls-remote`
+    releases = "releases"  # the releases of a pip-installed target's package on the package index
+
+
 class DeliveryStatus(enum.StrEnum):
     accepted = "accepted"  # recorded commits and/or queued runs
     ignored = "ignored"  # ping, unknown repository, unwatched branch, tag, deleted ref (see reason)
@@ -119,7 +124,7 @@ class Target(Base):
     adapter: Mapped[str] = mapped_column(String(100))
     install_mode: Mapped[InstallMode] = mapped_column(_enum(InstallMode, "install_mode"), default=InstallMode.source)
     branches: Mapped[list[str]] = mapped_column(JSON, default=list)
-    # None: not polled (webhook only).
+    # None: not polled (webhook only); a pip-installed target's releases are then polled at the pollers' default.
     poll_interval_s: Mapped[int | None] = mapped_column(Integer)
     commit_policy: Mapped[CommitPolicy] = mapped_column(_enum(CommitPolicy, "commit_policy"), default=CommitPolicy.head)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
@@ -142,8 +147,8 @@ class Commit(Base):
     # 40 hex digits for SHA-1 repositories, 64 for SHA-256 ones.
     sha: Mapped[str] = mapped_column(String(64))
     parents: Mapped[list[str]] = mapped_column(JSON, default=list)
-    # The branch it was first seen on and its position there (increasing along the branch); None for a
-    # commit known only from a release.
+    # The branch it was first seen on and its position there (increasing along the branch). A release
+    # (sha ``release:<version>``, see service.ingest) has no branch; its order is its rank by version.
     branch: Mapped[str | None] = mapped_column(String(255))
     branch_order: Mapped[int | None] = mapped_column(Integer)
     author: Mapped[str | None] = mapped_column(String(255))
@@ -152,6 +157,32 @@ class Commit(Base):
 
     target: Mapped[Target] = relationship(back_populates="commits")
     runs: Mapped[list[Run]] = relationship(back_populates="commit", passive_deletes=True)
+
+
+class PollState(Base):
+    """What the pollers last saw of a target: the head of one watched branch, or its newest release.
+
+    ``polled_at`` is when the last poll started (a target is due again ``poll_interval_s`` later, even when
+    the poll failed); ``head`` changes only when a poll succeeded and its commits were recorded.
+    """
+
+    __tablename__ = "poll_states"
+    __table_args__ = (UniqueConstraint("target_id", "kind", "ref"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    kind: Mapped[PollKind] = mapped_column(_enum(PollKind, "poll_kind"))
+    # The branch name, or the package's name on the index.
+    ref: Mapped[str] = mapped_column(String(255))
+    # The last head seen and recorded (a sha, or ``release:<version>`` of the newest release); None before
+    # the first successful poll.
+    head: Mapped[str | None] = mapped_column(String(64))
+    polled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    succeeded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why the last poll failed (remote unreachable, index error); None when it succeeded.
+    error: Mapped[str | None] = mapped_column(Text)
+    # What the last poll that found something did (new commits, a forced push, releases).
+    note: Mapped[str | None] = mapped_column(Text)
 
 
 class Delivery(Base):

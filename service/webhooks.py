@@ -22,19 +22,20 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.deps import ProducerDep, SessionDep, SettingsDep, app_settings
-from service.models import Commit, CommitPolicy, Delivery, DeliveryStatus, InstallMode, Run, RunStatus, Target
+from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
+from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.queue import enqueue_runs
 from service.targets import repo_key
 
@@ -206,14 +207,6 @@ class Ingested:
     run_ids: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """How new runs are made: the suite profile, and the lease after which the sweeper re-enqueues them."""
-
-    profile: str
-    queued_lease: timedelta
-
-
 def ingest(session: Session, *, delivery_id: str, event: str, payload: dict[str, Any], options: RunOptions) -> Ingested:
     """Record one verified delivery and what it leads to (flushed, not committed); a redelivery is a no-op.
 
@@ -276,7 +269,7 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
     if not matching:
         return Ingested(Outcome.ignored, f"repository {repository} is not a registered target")
     # Serialise pushes (and pollers) per target, so branch order is assigned once per commit.
-    targets = list(session.scalars(select(Target).where(Target.id.in_(matching)).order_by(Target.id).with_for_update()))
+    targets = lock_targets(session, matching)
     watching = [t for t in targets if branch in t.branches]
     if not watching:
         return Ingested(Outcome.ignored, f"branch {branch} of {repository} is not watched by {', '.join(t.name for t in targets)}")
@@ -287,10 +280,10 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
         if target.install_mode is not InstallMode.source:
             notes.append(f"{target.name}: installs releases ({target.install_mode.value}), pushes are not tested")
             continue
-        recorded, run_ids = _record_push(session, target, branch, push, options)
-        result.commits += recorded
-        result.run_ids += run_ids
-        notes.append(f"{target.name}: {recorded} new commit(s), {len(run_ids)} run(s) queued")
+        recorded = _record_push(session, target, branch, push, options)
+        result.commits += recorded.new_commits
+        result.run_ids += recorded.run_ids
+        notes.append(f"{target.name}: {recorded.new_commits} new commit(s), {len(recorded.run_ids)} run(s) queued")
     forced = "forced push, " if push.forced else ""
     result.reason = f"{forced}{branch} {push.before[:12]}..{push.after[:12]}: " + "; ".join(notes)
     if result.commits or result.run_ids:
@@ -298,56 +291,18 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
     return result
 
 
-def _record_push(session: Session, target: Target, branch: str, push: PushEvent, options: RunOptions) -> tuple[int, list[int]]:
+def _record_push(session: Session, target: Target, branch: str, push: PushEvent, options: RunOptions) -> Recorded:
     """Add the push's unknown commits to ``target`` (in branch order) and runs per its policy."""
-    pushed = push.pushed_commits()
-    shas = [c.id for c in pushed]
-    known = {c.sha: c for c in session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.sha.in_(shas)))}
-    order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, Commit.branch == branch)) or 0
-    new = 0
-    for pushed_commit in pushed:
-        if pushed_commit.id in known:
-            continue
-        order += 1
-        commit = _commit(target, branch, order, pushed_commit)
-        session.add(commit)
-        known[commit.sha] = commit
-        new += 1
-    session.flush()
-
-    wanted = shas if target.commit_policy is CommitPolicy.every else [push.after]
-    commit_ids = [known[sha].id for sha in wanted]
-    tested = set(session.scalars(select(Run.commit_id).where(Run.commit_id.in_(commit_ids), Run.profile == options.profile)))
-    lease = datetime.now(UTC) + options.queued_lease
-    runs = [
-        Run(commit_id=commit_id, profile=options.profile, status=RunStatus.queued, lease_expires_at=lease)
-        for commit_id in dict.fromkeys(commit_ids)
-        if commit_id not in tested
-    ]
-    session.add_all(runs)
-    session.flush()
-    return new, [run.id for run in runs]
+    return record_and_queue(session, target, branch, [_described(c) for c in push.pushed_commits()], head=push.after, options=options)
 
 
-def _commit(target: Target, branch: str, order: int, pushed: PushCommit) -> Commit:
+def _described(pushed: PushCommit) -> NewCommit:
     """A commit as a push describes it. GitHub's push payload carries no parents; they stay unknown ([])."""
     author = None
     if pushed.author is not None and (pushed.author.name or pushed.author.email):
         author = " ".join(filter(None, [pushed.author.name, f"<{pushed.author.email}>" if pushed.author.email else None]))
         author = author[:AUTHOR_MAX]
-    committed_at = pushed.timestamp
-    if committed_at is not None and committed_at.tzinfo is None:
-        committed_at = committed_at.replace(tzinfo=UTC)
-    return Commit(
-        target_id=target.id,
-        sha=pushed.id,
-        parents=[],
-        branch=branch,
-        branch_order=order,
-        author=author,
-        committed_at=committed_at,
-        message=pushed.message,
-    )
+    return NewCommit(sha=pushed.id, author=author, committed_at=pushed.timestamp, message=pushed.message)
 
 
 # --- 5. the route ------------------------------------------------------------------------------------------

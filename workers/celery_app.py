@@ -5,7 +5,9 @@ the worker's own (:mod:`workers.settings`) the first time the configuration is r
 
 Queues: ``gpu`` runs the suite (``workers.run_suite``: one task per process at a time, acknowledged only when
 it ends, re-queued if its process dies, time limits below Redis' visibility timeout, recycled processes);
-``default`` runs housekeeping (``workers.sweep_runs``, every ``sweep_interval_s`` from beat). Start a GPU
+``default`` runs housekeeping (``workers.sweep_runs``, every ``sweep_interval_s`` from beat) and the pollers
+(``workers.poll_branches``, ``workers.poll_releases``, every ``poll_interval_s``; each target's own interval
+decides whether it is polled). Start a GPU
 worker with ``-Q gpu -c 1`` per GPU and a housekeeping worker with ``-Q default``, plus one ``celery beat``.
 """
 
@@ -23,11 +25,16 @@ GPU_QUEUE = "gpu"
 DEFAULT_QUEUE = "default"
 RUN_SUITE = "workers.run_suite"
 SWEEP_RUNS = "workers.sweep_runs"
+POLL_BRANCHES = "workers.poll_branches"
+POLL_RELEASES = "workers.poll_releases"
 
 
 def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
     """The whole Celery configuration, as a plain dict (tested without a broker)."""
     transport = {"visibility_timeout": worker.visibility_timeout_s}
+    # A poll may clone a mirror (git_timeout_s) before reading it; a stuck one is stopped well before beat
+    # has queued many more (expired ticks are dropped).
+    poll_limit = worker.git_timeout_s + 10 * worker.poll_timeout_s
     return {
         "broker_url": settings.redis_url,
         "result_backend": settings.redis_url,
@@ -42,7 +49,12 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
         "enable_utc": True,
         "task_queues": (Queue(GPU_QUEUE), Queue(DEFAULT_QUEUE)),
         "task_default_queue": DEFAULT_QUEUE,
-        "task_routes": {RUN_SUITE: {"queue": GPU_QUEUE}, SWEEP_RUNS: {"queue": DEFAULT_QUEUE}},
+        "task_routes": {
+            RUN_SUITE: {"queue": GPU_QUEUE},
+            SWEEP_RUNS: {"queue": DEFAULT_QUEUE},
+            POLL_BRANCHES: {"queue": DEFAULT_QUEUE},
+            POLL_RELEASES: {"queue": DEFAULT_QUEUE},
+        },
         # One reserved message per process: a long suite run never holds a second one hostage.
         "worker_prefetch_multiplier": 1,
         "worker_max_tasks_per_child": worker.max_tasks_per_child,
@@ -54,13 +66,25 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
         "task_annotations": {
             RUN_SUITE: {"soft_time_limit": worker.task_soft_time_limit_s, "time_limit": worker.task_time_limit_s},
             SWEEP_RUNS: {"soft_time_limit": 120, "time_limit": 180},
+            POLL_BRANCHES: {"soft_time_limit": poll_limit, "time_limit": poll_limit + 60},
+            POLL_RELEASES: {"soft_time_limit": poll_limit, "time_limit": poll_limit + 60},
         },
         "beat_schedule": {
             "sweep-runs": {
                 "task": SWEEP_RUNS,
                 "schedule": worker.sweep_interval_s,
                 "options": {"queue": DEFAULT_QUEUE, "expires": worker.sweep_interval_s},
-            }
+            },
+            "poll-branches": {
+                "task": POLL_BRANCHES,
+                "schedule": worker.poll_interval_s,
+                "options": {"queue": DEFAULT_QUEUE, "expires": worker.poll_interval_s},
+            },
+            "poll-releases": {
+                "task": POLL_RELEASES,
+                "schedule": worker.poll_interval_s,
+                "options": {"queue": DEFAULT_QUEUE, "expires": worker.poll_interval_s},
+            },
         },
     }
 

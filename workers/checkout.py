@@ -4,6 +4,9 @@ The mirror is cloned once (``git clone --mirror``) and fetched only when a reque
 each run gets ``git worktree add --detach <dir> <sha>`` in its scratch directory, removed (and the mirror's
 worktree list pruned) when the run ends, even when it fails. Mirror operations take an exclusive file lock,
 so several worker processes on one machine share a mirror safely.
+
+The branch poller asks the remote for its heads (:func:`ls_remote`) and the mirror for the history between
+two heads (:meth:`MirrorCache.first_parent_log`, :meth:`MirrorCache.is_ancestor`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 _SHA = re.compile(r"[0-9a-fA-F]{4,64}")
 _STDERR_TAIL = 2000
+# One commit per record (\x1e), fields separated by NUL: sha, parents, author, committer date, message.
+_LOG_FORMAT = "%H%x00%P%x00%an <%ae>%x00%cI%x00%B%x1e"
 
 
 class CheckoutError(Exception):
@@ -60,6 +66,46 @@ def validate_sha(sha: str) -> str:
     if not _SHA.fullmatch(sha):
         raise CheckoutError(f"{sha!r} is not a commit id (4 to 64 hexadecimal digits)")
     return sha.lower()
+
+
+def _repository(repo_url: str) -> str:
+    if not repo_url or repo_url.startswith("-"):
+        raise CheckoutError(f"invalid repository URL {repo_url!r}")
+    return repo_url
+
+
+def ls_remote(repo_url: str, branches: list[str], *, timeout: float = 60) -> dict[str, str]:
+    """The current head of each of ``branches`` on the remote (``git ls-remote``); a branch the remote does
+    not have is absent. :class:`CheckoutError` when the remote cannot be reached or read."""
+    patterns = [f"refs/heads/{branch}" for branch in branches]
+    heads: dict[str, str] = {}
+    for line in git("ls-remote", "--refs", _repository(repo_url), *patterns, timeout=timeout).splitlines():
+        sha, _, ref = line.strip().partition("\t")
+        if ref in patterns:  # patterns match ref tails (refs/heads/x/refs/heads/main): keep exact names only
+            heads[ref.removeprefix("refs/heads/")] = sha.lower()
+    return heads
+
+
+@dataclass(frozen=True)
+class GitCommit:
+    """A commit as ``git log`` shows it."""
+
+    sha: str
+    parents: tuple[str, ...]
+    author: str
+    committed_at: datetime
+    message: str
+
+
+def _parse_log(output: str) -> list[GitCommit]:
+    commits = []
+    for raw in output.split("\x1e"):
+        record = raw.lstrip("\n")
+        if not record:
+            continue
+        sha, parents, author, date, message = record.split("\x00", 4)
+        commits.append(GitCommit(sha, tuple(parents.split()), author, datetime.fromisoformat(date), message.rstrip("\n")))
+    return commits
 
 
 @dataclass(frozen=True)
@@ -111,6 +157,36 @@ class MirrorCache:
         if full is None:
             raise CommitNotFoundError(f"commit {sha} does not exist in {repo_url} (not found after fetching every ref)")
         return mirror, full
+
+    def fetch(self, repo_url: str, sha: str) -> str:
+        """Make sure the mirror has commit ``sha`` (cloning or fetching as needed); its full id."""
+        mirror = self.mirror_path(repo_url)
+        with self._locked(mirror):
+            return self._ensure_commit(repo_url, validate_sha(sha))[1]
+
+    def first_parent_log(self, repo_url: str, new: str, old: str | None = None) -> list[GitCommit]:
+        """The commits of ``old..new`` along ``new``'s first parents, oldest first (fetched into the mirror as
+        needed); only ``new`` itself when ``old`` is None. Branch order: merged side branches are not listed."""
+        new = validate_sha(new)
+        mirror = self.mirror_path(repo_url)
+        with self._locked(mirror):
+            mirror, full = self._ensure_commit(repo_url, new)
+            if old is None:
+                output = git("log", "-1", f"--format={_LOG_FORMAT}", "--end-of-options", full, cwd=mirror)
+            else:
+                span = f"{validate_sha(old)}..{full}"
+                output = git("log", "--first-parent", "--reverse", f"--format={_LOG_FORMAT}", "--end-of-options", span, cwd=mirror)
+        return _parse_log(output)
+
+    def is_ancestor(self, repo_url: str, old: str, new: str) -> bool:
+        """Whether ``old`` is an ancestor of ``new`` in the mirror (False when ``old`` is not there at all)."""
+        mirror = self.mirror_path(repo_url)
+        with self._locked(mirror):
+            try:
+                git("merge-base", "--is-ancestor", "--end-of-options", validate_sha(old), validate_sha(new), cwd=mirror)
+            except CheckoutError:
+                return False
+        return True
 
     def describe(self, repo_url: str, sha: str) -> str | None:
         """``git describe --tags --always`` of a commit already in the mirror (a source install's version)."""

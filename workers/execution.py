@@ -10,6 +10,10 @@ sampler entry point that is ``package.module:function`` (the toy library of the 
 ``toy_lib.sampler:speculative_sample``); named suite adapters (``transformers``) pass through unchanged.
 The checkout's importable root is ``src/`` when the repository has one, else its top level.
 
+A pip-installed target's runs are releases (commit ``release:<version>``, recorded by the release poller):
+no checkout; the suite gets ``--pip <target name>==<version>`` and installs that release into its cached
+folder (``settings.release_cache_dir``) before testing it.
+
 Outcomes: the suite's verdict ``pass``/``fail`` (cross-checked with its exit status 0/1) makes the run
 ``passed``/``failed``. Anything else is ``error`` and never a violation: a commit the suite cannot import or
 run (exit 2), a crash (another exit status or a signal, e.g. the memory limit), a wall-clock timeout, a
@@ -18,8 +22,10 @@ checkout failure (unknown commit) or an unknown profile. The end of the suite's 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,9 +40,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
+from service.ingest import pip_requirement, release_version
 from service.models import InstallMode, RunStatus
 from workers.checkout import CheckoutError, MirrorCache
-from workers.profiles import UnknownProfileError, get_profile
+from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import WorkerSettings
@@ -54,7 +61,10 @@ def worker_identity() -> str:
 
 
 def run_seed(sha: str) -> int:
-    """The run seed of a commit: its first 60 bits. Same commit, same seeds: every result is reproducible."""
+    """The run seed of a commit: its first 60 bits (of the SHA-256 of a release's ``release:<version>``).
+    Same commit, same seeds: every result is reproducible."""
+    if re.fullmatch(r"[0-9a-fA-F]{4,64}", sha) is None:
+        return int.from_bytes(hashlib.sha256(sha.encode()).digest()[:8], "big") >> 4
     return int(sha[:15].ljust(15, "0"), 16)
 
 
@@ -145,40 +155,19 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
         profile = get_profile(claim.profile)
     except UnknownProfileError as exc:
         return RunOutcome(RunStatus.error, error=str(exc))
-    if claim.install_mode != InstallMode.source:
-        return RunOutcome(
-            RunStatus.error, error=f"install mode {claim.install_mode.value!r} is not supported by this worker yet (source only)"
-        )
     mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s)
     scratch = settings.scratch_dir / f"run-{claim.run_id}-attempt-{claim.attempt}"
-    _remove_earlier_attempts(settings.scratch_dir, claim.run_id, mirrors, claim.repo_url)
+    worktrees = mirrors if claim.install_mode is InstallMode.source else None
+    _remove_earlier_attempts(settings.scratch_dir, claim.run_id, worktrees, claim.repo_url)
     scratch.mkdir(parents=True)
     try:
+        if claim.install_mode is InstallMode.pip:
+            return _attempt_release(claim, profile, settings, heartbeat, scratch)
         try:
             with mirrors.worktree(claim.repo_url, claim.sha, scratch / "checkout") as checkout:
                 heartbeat.check()
-                device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
-                memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
-                command = SuiteCommand(
-                    python=settings.suite_python,
-                    target=claim.adapter,
-                    suite_args=profile.suite_args,
-                    seed=run_seed(claim.sha),
-                    device=device,
-                    python_path=(source_dir(checkout), SPECWATCH_ROOT),
-                    timeout_s=settings.suite_timeout(profile.timeout_s),
-                    memory_limit_bytes=memory,
-                    passthrough=tuple(settings.env_passthrough),
-                )
-                log.info("suite_started run_id=%s attempt=%s target=%s device=%s", claim.run_id, claim.attempt, claim.adapter, device)
-                outcome = run_suite_process(
-                    command,
-                    scratch,
-                    should_abort=heartbeat.lost.is_set,
-                    spawn_lock=heartbeat.spawn_lock,
-                    tail_chars=settings.log_tail_chars,
-                )
-                heartbeat.check()
+                command = _suite_command(claim, profile, settings, python_path=(source_dir(checkout), SPECWATCH_ROOT))
+                outcome = _run_suite(claim, command, scratch, settings, heartbeat)
                 return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
         except CheckoutError as exc:
             return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}")
@@ -186,13 +175,79 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _remove_earlier_attempts(scratch_root: Path, run_id: int, mirrors: MirrorCache, repo_url: str) -> None:
-    """Scratch left by an earlier attempt of this run whose worker died (the run is ours now)."""
+def _attempt_release(claim: RunSpec, profile: Profile, settings: WorkerSettings, heartbeat: Heartbeat, scratch: Path) -> RunOutcome:
+    """A release of a pip-installed target: the suite installs ``<target name>==<version>`` and tests it."""
+    version = release_version(claim.sha)
+    if version is None:
+        error = f"target {claim.target_name} installs releases (pip) but commit {claim.sha} is not a release (release:VERSION)"
+        return RunOutcome(RunStatus.error, error=error)
+    command = _suite_command(
+        claim,
+        profile,
+        settings,
+        python_path=(SPECWATCH_ROOT,),
+        pip=pip_requirement(claim.target_name, claim.sha),
+        env=(("SPECWATCH_CACHE_DIR", str(settings.release_cache_dir)),),
+    )
+    outcome = _run_suite(claim, command, scratch, settings, heartbeat)
+    return interpret(outcome, command, library_version=version, profile=profile.name)
+
+
+def _suite_command(
+    claim: RunSpec,
+    profile: Profile,
+    settings: WorkerSettings,
+    *,
+    python_path: tuple[Path, ...],
+    pip: str | None = None,
+    env: tuple[tuple[str, str], ...] = (),
+) -> SuiteCommand:
+    device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
+    memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
+    return SuiteCommand(
+        python=settings.suite_python,
+        target=claim.adapter,
+        suite_args=profile.suite_args,
+        seed=run_seed(claim.sha),
+        device=device,
+        python_path=python_path,
+        timeout_s=settings.suite_timeout(profile.timeout_s),
+        memory_limit_bytes=memory,
+        passthrough=tuple(settings.env_passthrough),
+        pip=pip,
+        env=env,
+    )
+
+
+def _run_suite(claim: RunSpec, command: SuiteCommand, scratch: Path, settings: WorkerSettings, heartbeat: Heartbeat) -> SuiteOutcome:
+    log.info(
+        "suite_started run_id=%s attempt=%s target=%s pip=%s device=%s",
+        claim.run_id,
+        claim.attempt,
+        claim.adapter,
+        command.pip,
+        command.device,
+    )
+    outcome = run_suite_process(
+        command,
+        scratch,
+        should_abort=heartbeat.lost.is_set,
+        spawn_lock=heartbeat.spawn_lock,
+        tail_chars=settings.log_tail_chars,
+    )
+    heartbeat.check()
+    return outcome
+
+
+def _remove_earlier_attempts(scratch_root: Path, run_id: int, mirrors: MirrorCache | None, repo_url: str) -> None:
+    """Scratch left by an earlier attempt of this run whose worker died (the run is ours now); ``mirrors``
+    forgets its worktree (None: a release run, which has none)."""
     if not scratch_root.is_dir():
         return
     for leftover in scratch_root.glob(f"run-{run_id}-attempt-*"):
         log.info("scratch_leftover_removed path=%s", leftover)
-        mirrors.remove_worktree(repo_url, leftover / "checkout")
+        if mirrors is not None:
+            mirrors.remove_worktree(repo_url, leftover / "checkout")
         shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -1,10 +1,10 @@
 """The suite subprocess: a clean environment, a wall-clock limit, a memory limit, no orphan left behind.
 
 The suite runs as ``python -m workers.suite run ... --json FILE --events`` with the checkout's source
-directory first on ``PYTHONPATH``, in its own session (so a timeout kills all it started), with
-``RLIMIT_AS`` where the OS allows and, on Linux, ``PR_SET_PDEATHSIG`` so it dies with its worker. Its
-environment is built from nothing: no ``SPECWATCH_*`` secret (database URL, webhook secret, tokens) can
-reach the code under test.
+directory first on ``PYTHONPATH`` (for a release: ``--pip NAME==VERSION``, which the suite installs), in
+its own session (so a timeout kills all it started), with ``RLIMIT_AS`` where the OS allows and, on Linux,
+``PR_SET_PDEATHSIG`` so it dies with its worker. Its environment is built from nothing: no ``SPECWATCH_*``
+secret (database URL, webhook secret, tokens) can reach the code under test.
 """
 
 from __future__ import annotations
@@ -93,6 +93,32 @@ class SuiteCommand:
     timeout_s: float
     memory_limit_bytes: int | None
     passthrough: tuple[str, ...] = ()
+    # A release to test instead of the code on python_path: ``--pip NAME==VERSION`` (the suite installs it
+    # into its cached folder and puts it first on PYTHONPATH).
+    pip: str | None = None
+    # Variables set for the suite besides its clean environment: the suite's own knobs (SPECWATCH_CACHE_DIR
+    # of pip-mode runs), never a service secret.
+    env: tuple[tuple[str, str], ...] = ()
+
+    def argv(self, result_path: Path) -> list[str]:
+        """The suite's command line, writing its run result to ``result_path``."""
+        return [
+            self.python,
+            "-m",
+            "workers.suite",
+            "run",
+            "--target",
+            self.target,
+            *(("--pip", self.pip) if self.pip else ()),
+            *self.suite_args,
+            "--seed",
+            str(self.seed),
+            "--device",
+            self.device,
+            "--json",
+            str(result_path),
+            "--events",
+        ]
 
 
 @dataclass(frozen=True)
@@ -147,23 +173,8 @@ def run_suite_process(
     home.mkdir(parents=True, exist_ok=True)
     result_path = scratch / "result.json"
     err_path = scratch / "suite.err"
-    argv = [
-        command.python,
-        "-m",
-        "workers.suite",
-        "run",
-        "--target",
-        command.target,
-        *command.suite_args,
-        "--seed",
-        str(command.seed),
-        "--device",
-        command.device,
-        "--json",
-        str(result_path),
-        "--events",
-    ]
-    env = suite_environment(command.python_path, home, command.passthrough, os.environ)
+    argv = command.argv(result_path)
+    env = suite_environment(command.python_path, home, command.passthrough, os.environ) | dict(command.env)
     started = time.monotonic()
     deadline = started + command.timeout_s
     timed_out = aborted = False

@@ -46,6 +46,18 @@ class WorkerSettings(BaseSettings):
     heartbeat_s: float = Field(default=20, gt=0)
     # How often beat runs workers.sweep_runs.
     sweep_interval_s: float = Field(default=60, gt=0)
+    # How often beat runs the pollers (workers.poll_branches, workers.poll_releases); each target's own poll
+    # interval decides whether it is polled then.
+    poll_interval_s: float = Field(default=60, gt=0)
+    # The poll interval of a pip-installed target registered without one (its releases have no webhook).
+    release_poll_interval_s: int = Field(default=3600, gt=0)
+    # A PyPI-compatible index: the release poller reads GET {pypi_url}/pypi/{package}/json.
+    pypi_url: str = "https://pypi.org"
+    # Limit of one `git ls-remote` and of one request to the package index, seconds.
+    poll_timeout_s: float = Field(default=60, gt=0)
+    # Released versions installed for pip-mode runs (`pip install --target`, one cached folder per release);
+    # the suite gets it as SPECWATCH_CACHE_DIR. Point pip at a mirror with PIP_INDEX_URL in env_passthrough.
+    release_cache_dir: Path = Path.home() / ".cache" / "specwatch"
     log_tail_chars: int = Field(default=8000, gt=0)
     max_tasks_per_child: int = Field(default=20, gt=0)
     # Celery limits of workers.run_suite: above any suite limit plus a checkout, below the broker's

@@ -1,14 +1,17 @@
 """Celery tasks: thin wrappers that take ids, build the process's session factory and settings, and commit.
 
 ``workers.run_suite(run_id)`` executes one attempt of a run (:func:`workers.execution.execute_run`);
-``workers.sweep_runs()`` re-enqueues runs nobody is working on (:func:`workers.runs.sweep`). Both are
-idempotent. Retries are for infrastructure only (the database or the broker unreachable), with backoff and a
-cap; whatever a commit or the suite does is recorded on the run, never retried.
+``workers.sweep_runs()`` re-enqueues runs nobody is working on (:func:`workers.runs.sweep`);
+``workers.poll_branches()`` and ``workers.poll_releases()`` turn new commits and releases of the due targets
+into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent. Retries are for
+infrastructure only (the database or the broker unreachable), with backoff and a cap; whatever a commit or
+the suite does is recorded on the run, never retried.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from celery import Task
@@ -16,8 +19,12 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from service.db import session_factory, session_scope
-from service.settings import get_settings
-from workers.celery_app import RUN_SUITE, SWEEP_RUNS, app
+from service.ingest import RunOptions
+from service.queue import enqueue_runs
+from service.settings import Settings, get_settings
+from workers import pollers
+from workers.celery_app import POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
+from workers.checkout import MirrorCache
 from workers.execution import execute_run, utcnow
 from workers.runs import sweep
 from workers.settings import get_worker_settings
@@ -69,3 +76,52 @@ def sweep_runs(self: Task[Any, Any]) -> dict[str, list[int]]:
     if report.requeued or report.gave_up:
         log.info("sweep requeued=%s gave_up=%s", sent, report.gave_up)
     return {"requeued": sent, "gave_up": report.gave_up}
+
+
+class TaskProducer:
+    """:class:`service.queue.Producer` for code running in a worker: publishes through this Celery app."""
+
+    def send_run(self, run_id: int) -> None:
+        run_suite.apply_async(args=(run_id,), retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
+
+
+def _enqueue(run_ids: list[int]) -> None:
+    """Enqueue committed runs; a broker failure leaves them ``queued`` for the sweeper (logged, not raised)."""
+    enqueue_runs(TaskProducer(), run_ids)
+
+
+def _run_options(settings: Settings) -> RunOptions:
+    return RunOptions(profile=settings.run_profile, queued_lease=timedelta(seconds=settings.queued_lease_s))
+
+
+@app.task(name=POLL_BRANCHES, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
+def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
+    """Poll the watched branches of the due source targets (``git ls-remote``); queue runs for new commits."""
+    worker = get_worker_settings()
+    report = pollers.poll_branches(
+        session_factory(),
+        mirrors=MirrorCache(worker.mirror_dir, git_timeout_s=worker.git_timeout_s),
+        options=_run_options(get_settings()),
+        enqueue=_enqueue,
+        timeout_s=worker.poll_timeout_s,
+    )
+    if report.polled:
+        log.info("poll_branches polled=%s runs=%s errors=%s", report.polled, report.run_ids, sorted(report.errors))
+    return report.as_dict()
+
+
+@app.task(name=POLL_RELEASES, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
+def poll_releases(self: Task[Any, Any]) -> dict[str, Any]:
+    """Poll the package index for the due pip-installed targets; queue runs for new releases."""
+    worker = get_worker_settings()
+    report = pollers.poll_releases(
+        session_factory(),
+        index_url=worker.pypi_url,
+        options=_run_options(get_settings()),
+        enqueue=_enqueue,
+        timeout_s=worker.poll_timeout_s,
+        release_interval_s=worker.release_poll_interval_s,
+    )
+    if report.polled:
+        log.info("poll_releases polled=%s runs=%s errors=%s", report.polled, report.run_ids, sorted(report.errors))
+    return report.as_dict()

@@ -27,13 +27,15 @@ def _imports(package: Path) -> dict[str, set[str]]:
 
 
 def test_the_suite_imports_only_torch_numpy_scipy_and_itself():
+    """Target adapters (workers/suite/targets/) may also import the library they adapt."""
     allowed = set(sys.stdlib_module_names) | {"torch", "numpy", "scipy"}
+    libraries = {"transformers", "tokenizers", "safetensors"}
     bad = {
-        name: files
+        name: {f for f in files if not (name in libraries and f.startswith("workers/suite/targets/"))}
         for name, files in _imports(ROOT / "workers" / "suite").items()
         if name not in allowed and not name.startswith("workers.suite")
     }
-    assert not bad
+    assert not {name: files for name, files in bad.items() if files}
 
 
 def test_the_control_plane_never_imports_workers_or_torch():

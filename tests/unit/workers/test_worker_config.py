@@ -21,11 +21,28 @@ def test_queues_routes_and_limits() -> None:
 
     assert config["broker_url"] == config["result_backend"] == "redis://redis:6379/3"
     assert [q.name for q in config["task_queues"]] == ["gpu", "default"]
-    assert config["task_routes"] == {"workers.run_suite": {"queue": "gpu"}, "workers.sweep_runs": {"queue": "default"}}
+    assert config["task_routes"] == {
+        "workers.run_suite": {"queue": "gpu"},
+        "workers.sweep_runs": {"queue": "default"},
+        "workers.poll_branches": {"queue": "default"},
+        "workers.poll_releases": {"queue": "default"},
+    }
     assert config["worker_prefetch_multiplier"] == 1
     limits = config["task_annotations"]["workers.run_suite"]
     assert limits["soft_time_limit"] < limits["time_limit"] < config["broker_transport_options"]["visibility_timeout"]
     assert config["beat_schedule"]["sweep-runs"]["task"] == "workers.sweep_runs"
+
+
+def test_beat_runs_both_pollers_on_the_default_queue_every_poll_interval() -> None:
+    config = celery_config(Settings(), WorkerSettings(poll_interval_s=45))
+
+    for entry, task in (("poll-branches", "workers.poll_branches"), ("poll-releases", "workers.poll_releases")):
+        scheduled = config["beat_schedule"][entry]
+        assert scheduled["task"] == task
+        assert scheduled["schedule"] == 45
+        assert scheduled["options"] == {"queue": "default", "expires": 45}  # a tick nobody ran in time is dropped
+        limits = config["task_annotations"][task]
+        assert limits["soft_time_limit"] < limits["time_limit"]
 
 
 def test_the_suite_task_is_acknowledged_late_and_requeued_if_its_process_dies() -> None:
@@ -114,3 +131,29 @@ def test_the_run_seed_is_a_function_of_the_commit() -> None:
     assert run_seed("a" * 40) == run_seed("a" * 40) == int("a" * 15, 16)
     assert run_seed("b" * 40) != run_seed("a" * 40)
     assert run_seed("f" * 64) < 2**63
+    assert run_seed("release:4.46.3") == run_seed("release:4.46.3") != run_seed("release:4.46.2")
+    assert 0 <= run_seed("release:4.46.3") < 2**60
+
+
+def test_a_release_run_gives_the_suite_the_release_to_install(tmp_path: Path) -> None:
+    command = SuiteCommand("python", "transformers", ("--quick",), 7, "cpu", (), 60, None, pip="transformers==4.46.3")
+
+    assert command.argv(tmp_path / "result.json") == [
+        "python",
+        "-m",
+        "workers.suite",
+        "run",
+        "--target",
+        "transformers",
+        "--pip",
+        "transformers==4.46.3",
+        "--quick",
+        "--seed",
+        "7",
+        "--device",
+        "cpu",
+        "--json",
+        str(tmp_path / "result.json"),
+        "--events",
+    ]
+    assert "--pip" not in COMMAND.argv(tmp_path / "result.json")

@@ -1,0 +1,164 @@
+"""Recording new commits of a target and queueing runs for them, whoever found them.
+
+A GitHub push (:mod:`service.webhooks`), the branch poller and the PyPI release poller (``workers.pollers``)
+all end here: :func:`record_commits` adds the commits a target does not know yet in branch order,
+:func:`queue_runs` adds one ``queued`` run per commit and profile (never a second one), and
+:func:`record_and_queue` does both with the target's commit policy. Domain functions: they flush, never
+commit; the caller's unit of work commits and then enqueues the returned run ids
+(:func:`service.queue.enqueue_runs`). Callers lock the target first (:func:`lock_targets`), so pushes and
+polls of one target are serialised and branch order is assigned once per commit.
+
+Releases are commits too: ``release:<version>`` (:func:`release_sha`), on no branch (``branch`` is
+``None``), ordered by version (:func:`order_releases`), tested by installing that version from the package
+index (the target's ``install_mode`` is ``pip``; its name is the package's name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import Commit, CommitPolicy, Run, RunStatus, Target
+
+RELEASE_PREFIX = "release:"
+# The sha column holds 64 characters: the prefix and the version must fit.
+RELEASE_VERSION_MAX = 64 - len(RELEASE_PREFIX)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How new runs are made: the suite profile, and the lease after which the sweeper re-enqueues them."""
+
+    profile: str
+    queued_lease: timedelta
+
+
+@dataclass(frozen=True)
+class NewCommit:
+    """A commit as its finder describes it (a push knows no parents; git and the pollers do)."""
+
+    sha: str
+    parents: tuple[str, ...] = ()
+    author: str | None = None
+    committed_at: datetime | None = None
+    message: str | None = None
+
+
+@dataclass
+class Recorded:
+    """What recording led to: how many commits were new, and the runs to enqueue after commit."""
+
+    new_commits: int = 0
+    run_ids: list[int] = field(default_factory=list)
+
+
+def lock_targets(session: Session, target_ids: Iterable[int]) -> list[Target]:
+    """The targets, locked (``SELECT .. FOR UPDATE``, in id order) until the caller's transaction ends."""
+    ids = sorted(set(target_ids))
+    return list(session.scalars(select(Target).where(Target.id.in_(ids)).order_by(Target.id).with_for_update()))
+
+
+def record_commits(session: Session, target: Target, branch: str | None, commits: Sequence[NewCommit]) -> tuple[dict[str, Commit], int]:
+    """Add the commits ``target`` does not know yet, in the given (branch) order after the branch's last one.
+
+    ``commits`` is oldest first. Returns every listed commit's row by sha (known or new) and how many were new.
+    A commit already known (from another branch, a push or an earlier poll) keeps its branch and order.
+    """
+    shas = [c.sha for c in commits]
+    known = {c.sha: c for c in session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.sha.in_(shas)))}
+    on_branch = Commit.branch.is_(None) if branch is None else Commit.branch == branch
+    order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, on_branch)) or 0
+    new = 0
+    for described in commits:
+        if described.sha in known:
+            continue
+        order += 1
+        committed_at = described.committed_at
+        if committed_at is not None and committed_at.tzinfo is None:
+            committed_at = committed_at.replace(tzinfo=UTC)
+        commit = Commit(
+            target_id=target.id,
+            sha=described.sha,
+            parents=list(described.parents),
+            branch=branch,
+            branch_order=order,
+            author=described.author,
+            committed_at=committed_at,
+            message=described.message,
+        )
+        session.add(commit)
+        known[commit.sha] = commit
+        new += 1
+    session.flush()
+    return known, new
+
+
+def queue_runs(session: Session, commits: Iterable[Commit], options: RunOptions) -> list[int]:
+    """A ``queued`` run of ``options.profile`` for each commit that has none yet; the new runs' ids, in order."""
+    commit_ids = list(dict.fromkeys(c.id for c in commits))
+    tested = set(session.scalars(select(Run.commit_id).where(Run.commit_id.in_(commit_ids), Run.profile == options.profile)))
+    lease = datetime.now(UTC) + options.queued_lease
+    runs = [
+        Run(commit_id=commit_id, profile=options.profile, status=RunStatus.queued, lease_expires_at=lease)
+        for commit_id in commit_ids
+        if commit_id not in tested
+    ]
+    session.add_all(runs)
+    session.flush()
+    return [run.id for run in runs]
+
+
+def selected_by_policy(policy: CommitPolicy, shas: Sequence[str], head: str) -> list[str]:
+    """The commits that get a run: all of ``shas`` (``every``) or only the new ``head`` (``head``)."""
+    return list(shas) if policy is CommitPolicy.every else [head]
+
+
+def record_and_queue(
+    session: Session, target: Target, branch: str, commits: Sequence[NewCommit], *, head: str, options: RunOptions
+) -> Recorded:
+    """Record ``commits`` (oldest first, ending with ``head``) on ``branch`` and queue runs per the target's policy."""
+    known, new = record_commits(session, target, branch, commits)
+    wanted = selected_by_policy(target.commit_policy, [c.sha for c in commits], head)
+    return Recorded(new_commits=new, run_ids=queue_runs(session, [known[sha] for sha in wanted], options))
+
+
+# --- releases ------------------------------------------------------------------------------------------
+
+
+def release_sha(version: str) -> str:
+    """The commit id of a release: ``release:4.46.3``."""
+    return RELEASE_PREFIX + version
+
+
+def release_version(sha: str) -> str | None:
+    """The version of a release commit id (``release:4.46.3`` → ``4.46.3``); ``None`` for a git commit."""
+    return sha.removeprefix(RELEASE_PREFIX) if sha.startswith(RELEASE_PREFIX) else None
+
+
+def pip_requirement(package: str, sha: str) -> str:
+    """What the suite installs for a release commit of ``package``: ``package==version``."""
+    version = release_version(sha)
+    if version is None:
+        raise ValueError(f"{sha!r} is not a release (expected {RELEASE_PREFIX}VERSION)")
+    return f"{package}=={version}"
+
+
+def order_releases(session: Session, target: Target, ordered_versions: Sequence[str]) -> None:
+    """Renumber the target's release commits (``branch`` None) by ``ordered_versions`` (oldest first).
+
+    A release published after a newer one (a backport such as 4.45.3 after 4.46.0) takes its place in version
+    order; releases not listed keep their order after the listed ones.
+    """
+    rank = {release_sha(version): i for i, version in enumerate(ordered_versions, start=1)}
+    releases = session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.branch.is_(None))).all()
+    unlisted = sorted((c for c in releases if c.sha not in rank), key=lambda c: (c.branch_order or 0, c.id))
+    for offset, commit in enumerate(unlisted, start=len(rank) + 1):
+        rank[commit.sha] = offset
+    for commit in releases:
+        if commit.branch_order != rank[commit.sha]:
+            commit.branch_order = rank[commit.sha]
+    session.flush()

@@ -1,0 +1,39 @@
+"""The database schema, brought up to date from code: ``alembic upgrade head`` without the ``alembic`` command.
+
+Alembic is the only way tables are created (STYLE.md #7); ``specwatch serve`` calls :func:`upgrade_to_head`
+on start, so the embedded default works on an empty SQLite file. The project's ``alembic.ini`` and
+``migrations/`` are found next to the ``service`` package (a source checkout or an editable install).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import make_url
+
+log = logging.getLogger(__name__)
+
+ALEMBIC_INI = Path(__file__).resolve().parents[1] / "alembic.ini"
+
+
+class SchemaError(RuntimeError):
+    """The migrations cannot be found or applied; the message says why."""
+
+
+def alembic_config(database_url: str) -> Config:
+    """The project's Alembic configuration pointed at ``database_url``; the caller's logging is left alone."""
+    if not ALEMBIC_INI.is_file():
+        raise SchemaError(f"cannot find {ALEMBIC_INI}: run specwatch from a source checkout (or an editable install)")
+    config = Config(str(ALEMBIC_INI))
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def upgrade_to_head(database_url: str) -> None:
+    """Apply every migration ``database_url`` lacks (a no-op when it is at head)."""
+    log.info("schema_upgrade database=%s", make_url(database_url).render_as_string(hide_password=True))
+    command.upgrade(alembic_config(database_url), "head")

@@ -1,0 +1,214 @@
+"""The monitoring loop end to end, all real: GitHub push webhooks → the app served by uvicorn → PostgreSQL →
+Redis → a worker started with ``specwatch worker`` → a mirror clone of a git repository → the suite → PostgreSQL.
+
+The toy library's sampler is correct, then buggy (swapped residual), then fixed: three pushes, three runs,
+pass / fail / pass. And with Redis unreachable when the webhooks arrive: the deliveries and runs are stored,
+GitHub gets its 202, and the sweeper enqueues the runs once a worker on a working Redis runs it.
+
+Redis: the worker tests' database of this test process (``tests.support.workers.REDIS_URL``), flushed by
+``worker_env``; each xdist process has its own, so parallel tests never consume each other's messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.app import create_app
+from service.models import CaseResult, Commit, Delivery, DeliveryStatus, Run, RunStatus, Verdict
+from service.settings import Settings
+from tests.e2e.conftest import ROOT, WorkerProcess, wait_for
+from tests.support.github import REPO_URL, git_redirect, push_history
+from tests.support.toy_target import ADAPTER, ToyRepo
+from tests.support.workers import REDIS_URL, WEBHOOK_SECRET
+
+# A worker start and three suite runs: 20-40 s each test.
+pytestmark = pytest.mark.slow
+
+SPECWATCH = str(Path(sys.executable).parent / "specwatch")
+UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
+FINISHED = {RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled}
+TARGET = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER, "commit_policy": "head"}
+
+
+def app_settings(database_url: str, redis_url: str, **values: Any) -> Settings:
+    """The control plane's settings: runs of the ``smoke`` profile, a known webhook secret."""
+    return Settings(
+        env="test", database_url=database_url, redis_url=redis_url, webhook_secret=WEBHOOK_SECRET, run_profile="smoke", **values
+    )
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread, on a port of 127.0.0.1 bound here (no race for a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
+        assert server.started, "uvicorn did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+@pytest.fixture
+def start_service_worker(tmp_path: Path, worker_env: dict[str, str], toy_repo: ToyRepo) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``specwatch worker`` (the production command) on this test's Redis and PostgreSQL; its git
+    fetches the toy repository under its GitHub URL. Every worker is stopped at the end."""
+    started: list[WorkerProcess] = []
+    env = {**os.environ, **worker_env, **git_redirect(toy_repo.path)}
+
+    def start(name: str, *extra: str) -> WorkerProcess:
+        log = tmp_path / f"{name}.log"
+        command = [SPECWATCH, "worker", "--queues", "gpu,default", "--concurrency", "1", "--hostname", f"{name}@%h"]
+        command += ["--without-gossip", "--without-mingle", *extra]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        worker = WorkerProcess(proc, log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def statuses_by_commit(factory: sessionmaker[Session], shas: list[str]) -> list[list[RunStatus]]:
+    """The statuses of every run of each commit, in the order of ``shas``."""
+    with factory() as session:
+        rows = session.execute(select(Commit.sha, Run.status).join(Run.commit).where(Commit.sha.in_(shas)).order_by(Run.id)).all()
+    found: dict[str, list[RunStatus]] = {sha: [] for sha in shas}
+    for sha, status in rows:
+        found[sha].append(status)
+    return [found[sha] for sha in shas]
+
+
+def all_finished(factory: sessionmaker[Session], shas: list[str]) -> bool:
+    return all(runs and set(runs) <= FINISHED for runs in statuses_by_commit(factory, shas))
+
+
+def verdicts(factory: sessionmaker[Session], sha: str) -> list[Verdict]:
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(CaseResult.verdict)
+                .join(Run, CaseResult.run_id == Run.id)
+                .join(Run.commit)
+                .where(Commit.sha == sha)
+                .order_by(CaseResult.case_id)
+            )
+        )
+
+
+def queued_tasks(queue: str = "gpu") -> list[str]:
+    """The task names of the messages waiting in ``queue`` on this test's Redis."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        return [json.loads(message)["headers"]["task"] for message in client.lrange(queue, 0, -1)]
+    finally:
+        client.close()
+
+
+def test_three_signed_pushes_give_pass_fail_pass(
+    database_url: str, factory: sessionmaker[Session], toy_repo: ToyRepo, start_service_worker: Callable[..., WorkerProcess]
+) -> None:
+    good, bad, fixed = shas = list(toy_repo.history())
+    worker = start_service_worker("gpu-1")
+
+    with served(create_app(app_settings(database_url, REDIS_URL))) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert client.post("/targets", json=TARGET).status_code == 201
+        answers = push_history(client, WEBHOOK_SECRET, toy_repo.path, shas)
+        wait_for(
+            lambda: all_finished(factory, shas) or worker.proc.poll() is not None,
+            timeout=240,
+            what="three finished runs",
+            logs=worker.output,
+        )
+
+    assert worker.proc.poll() is None, worker.output()
+    assert [answer.status_code for answer in answers] == [202, 202, 202]
+    assert [(answer.json()["outcome"], answer.json()["commits"], len(answer.json()["runs"])) for answer in answers] == [
+        ("accepted", 1, 1)
+    ] * 3
+    assert statuses_by_commit(factory, shas) == [[RunStatus.passed], [RunStatus.failed], [RunStatus.passed]]
+    assert set(verdicts(factory, good)) == set(verdicts(factory, fixed)) == {Verdict.pass_}
+    assert Verdict.fail in verdicts(factory, bad)
+    assert len(verdicts(factory, bad)) == 2  # the smoke profile's two cases, stored once
+    with factory() as session:
+        assert session.scalars(select(Run.attempt).order_by(Run.id)).all() == [1, 1, 1]
+        assert session.scalars(select(Delivery.status)).all() == [DeliveryStatus.accepted] * 3
+        assert session.execute(select(Commit.sha, Commit.branch_order).order_by(Commit.branch_order)).all() == [
+            (good, 1),
+            (bad, 2),
+            (fixed, 3),
+        ]
+
+
+def test_runs_queued_while_redis_is_down_are_swept_and_completed(
+    database_url: str, factory: sessionmaker[Session], toy_repo: ToyRepo, start_service_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    shas = list(toy_repo.history())
+    # The producer's broker is a closed port; queued runs' lease is one second, so the sweeper takes them at once.
+    settings = app_settings(database_url, UNREACHABLE_REDIS_URL, queued_lease_s=1)
+
+    with served(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert client.post("/targets", json=TARGET).status_code == 201
+        answers = push_history(client, WEBHOOK_SECRET, toy_repo.path, shas)
+
+    assert [answer.status_code for answer in answers] == [202, 202, 202]
+    assert [answer.json()["outcome"] for answer in answers] == ["accepted"] * 3
+    assert statuses_by_commit(factory, shas) == [[RunStatus.queued]] * 3
+    assert queued_tasks() == []  # nothing reached the broker
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(Delivery)) == 3
+
+    # Redis is back: a worker with beat (sweeping every second, see worker_env) finds the stored runs.
+    worker = start_service_worker("gpu-1", "--beat", "--schedule", str(tmp_path / "beat-schedule"))
+    wait_for(
+        lambda: all_finished(factory, shas) or worker.proc.poll() is not None,
+        timeout=240,
+        what="the swept runs to finish",
+        logs=worker.output,
+    )
+
+    assert worker.proc.poll() is None, worker.output()
+    assert statuses_by_commit(factory, shas) == [[RunStatus.passed], [RunStatus.failed], [RunStatus.passed]]
+    assert "sweep requeued=" in worker.output()
+    with factory() as session:
+        assert session.scalars(select(Run.attempt).order_by(Run.id)).all() == [1, 1, 1]
+        assert session.scalar(select(func.count()).select_from(CaseResult)) == 6
+
+
+def test_specwatch_beat_sends_the_sweeper_to_the_default_queue(worker_env: dict[str, str], tmp_path: Path) -> None:
+    log = tmp_path / "beat.log"
+    command = [SPECWATCH, "beat", "--schedule", str(tmp_path / "beat-schedule")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **worker_env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    beat = WorkerProcess(proc, log)
+    try:
+        wait_for(lambda: "workers.sweep_runs" in queued_tasks("default"), timeout=60, what="a sweep message", logs=beat.output)
+    finally:
+        beat.stop()

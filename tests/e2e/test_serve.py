@@ -1,0 +1,167 @@
+"""``specwatch serve``, the embedded default, as a user runs it: one process, an empty SQLite file, no Redis.
+
+The command runs in a subprocess from a scratch directory, with ``SPECWATCH_REDIS_URL`` pointing at a closed
+port (nothing may need Redis), and is stopped with SIGTERM as a service manager would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.models import CaseResult, Commit, Run, RunStatus
+from service.schema import upgrade_to_head
+from tests.e2e.conftest import wait_for
+from tests.support.github import REPO_URL, git_redirect, push_history
+from tests.support.toy_target import ADAPTER, CORRECT, SWAPPED_RESIDUAL, ToyRepo
+from tests.support.workers import add_runs, session_maker
+
+# The service's start plus one or two suite runs: 10-20 s each test.
+pytestmark = pytest.mark.slow
+
+SPECWATCH = str(Path(sys.executable).parent / "specwatch")
+SECRET = "serve-test-webhook-secret"
+FINISHED = {RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled}
+LISTENING = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
+
+
+@dataclass
+class Served:
+    """A running ``specwatch serve``: its process (own process group), its output, its URL."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def terminate(self) -> int:
+        """SIGTERM, as systemd or docker stop send it; the exit status."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'specwatch.db'}"
+
+
+@pytest.fixture
+def sqlite_factory(sqlite_url: str) -> Iterator[sessionmaker[Session]]:
+    with session_maker(sqlite_url) as made:
+        yield made
+
+
+@pytest.fixture
+def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[Callable[[], Served]]:
+    """Start ``specwatch serve --port 0`` on ``sqlite_url``; every one started is stopped at the end."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
+    env.update(
+        SPECWATCH_WEBHOOK_SECRET=SECRET,
+        SPECWATCH_RUN_PROFILE="smoke",
+        SPECWATCH_REDIS_URL="redis://127.0.0.1:1/0",
+        SPECWATCH_WORKER_MIRROR_DIR=str(tmp_path / "mirrors"),
+        SPECWATCH_WORKER_SCRATCH_DIR=str(tmp_path / "scratch"),
+        SPECWATCH_WORKER_DEVICE="cpu",
+        SPECWATCH_WORKER_MEMORY_LIMIT_MB="8192",
+        **git_redirect(toy_repo.path),
+    )
+    workdir = tmp_path / "laptop"
+    workdir.mkdir()
+    started: list[Served] = []
+
+    def start() -> Served:
+        log = tmp_path / f"serve-{len(started)}.log"
+        command = [SPECWATCH, "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", sqlite_url]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        served = Served(proc, log)
+        started.append(served)
+
+        def listening() -> bool:
+            found = LISTENING.search(served.output())
+            served.url = found[1] if found else ""
+            return bool(found) or proc.poll() is not None
+
+        wait_for(listening, timeout=60, what="specwatch serve to listen", logs=served.output)
+        assert served.url, f"specwatch serve exited with {proc.returncode}:\n{served.output()}"
+        return served
+
+    yield start
+    for served in started:
+        served.terminate()
+
+
+def run_statuses(factory: sessionmaker[Session]) -> list[tuple[str, RunStatus]]:
+    with factory() as session:
+        return [(sha, status) for sha, status in session.execute(select(Commit.sha, Run.status).join(Run.commit).order_by(Run.id))]
+
+
+def finished(factory: sessionmaker[Session], count: int) -> bool:
+    statuses = run_statuses(factory)
+    return len(statuses) == count and all(status in FINISHED for _, status in statuses)
+
+
+def test_serve_tests_pushed_commits_without_redis(
+    start_serve: Callable[[], Served], sqlite_factory: sessionmaker[Session], toy_repo: ToyRepo
+) -> None:
+    good = toy_repo.commit(CORRECT, "Add speculative sampling")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "Simplify the residual")
+    served = start_serve()
+
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        target = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER}
+        assert client.post("/targets", json=target).status_code == 201
+        answers = push_history(client, SECRET, toy_repo.path, [good, bad])
+        assert [(answer.status_code, answer.json()["outcome"]) for answer in answers] == [(202, "accepted")] * 2
+        wait_for(
+            lambda: finished(sqlite_factory, 2) or served.proc.poll() is not None, timeout=180, what="two finished runs", logs=served.output
+        )
+
+    assert served.proc.poll() is None, served.output()
+    assert run_statuses(sqlite_factory) == [(good, RunStatus.passed), (bad, RunStatus.failed)]
+    with sqlite_factory() as session:
+        assert session.scalar(select(func.count()).select_from(CaseResult)) == 4
+    assert served.terminate() == 0, served.output()
+    assert "Connected to memory://" in served.output()
+
+
+def test_serve_resumes_runs_left_queued_by_a_previous_process(
+    start_serve: Callable[[], Served], sqlite_factory: sessionmaker[Session], sqlite_url: str, toy_repo: ToyRepo
+) -> None:
+    # What a process that died after committing a run, before its in-memory message was consumed, leaves behind.
+    upgrade_to_head(sqlite_url)
+    sha = toy_repo.commit(CORRECT, "Add speculative sampling")
+    (run_id,) = add_runs(sqlite_factory, toy_repo.url, [sha], adapter=ADAPTER)
+
+    served = start_serve()
+    wait_for(
+        lambda: finished(sqlite_factory, 1) or served.proc.poll() is not None,
+        timeout=180,
+        what="the resumed run to finish",
+        logs=served.output,
+    )
+
+    assert served.proc.poll() is None, served.output()
+    assert run_statuses(sqlite_factory) == [(sha, RunStatus.passed)]
+    assert f"resume_queued_runs runs=[{run_id}]" in served.output()
+    assert served.terminate() == 0, served.output()

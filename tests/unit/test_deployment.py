@@ -1,0 +1,534 @@
+"""Deployment files: docker-compose*.yml through a real Compose parser, Dockerfile, .env.example, README.
+
+No container engine runs here. The compose files are validated and resolved by the Compose CLI's ``config``
+(the Docker CLI plugin ``docker compose`` when present, else a standalone ``docker-compose``: Debian's package
+is enough; it validates against the compose-spec schema and interpolates ``${VAR:?message}``). Without one
+these tests skip, except under CI (``CI`` set), where they fail: CI must install it.
+
+Each service's command is resolved against the package (uvicorn factory, Celery app and queues, alembic.ini,
+console scripts); every setting the code reads is in ``.env.example`` and every entry there is read.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic_settings import BaseSettings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = "docker-compose.yml"
+COMPOSE_CPU = "docker-compose.cpu.yml"
+COMPOSE_WORKER = "docker-compose.worker.yml"
+COMPOSE_FILES = (COMPOSE, COMPOSE_CPU, COMPOSE_WORKER)
+SPECWATCH_SERVICES = ("migrate", "api", "worker-gpu", "worker", "beat")
+# Variables docker compose itself reads from .env (not interpolated in our files, not settings).
+COMPOSE_CLI_VARIABLES = frozenset({"COMPOSE_FILE", "COMPOSE_PROFILES", "COMPOSE_PROJECT_NAME"})
+# SPECWATCH_* variables the code reads directly rather than through a Settings class, and why .env.example
+# does not list them.
+DIRECT_READS_NOT_IN_ENV_EXAMPLE = {
+    # The suite's cache of installed releases (workers/suite/targets/install.py), read inside the suite
+    # subprocess, whose environment never carries SPECWATCH_* variables from .env: a worker sets it from
+    # SPECWATCH_WORKER_RELEASE_CACHE_DIR.
+    "SPECWATCH_CACHE_DIR",
+}
+ASSIGNMENT = re.compile(r"^(?P<commented>#\s?)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
+INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+@functools.cache
+def compose_cli() -> tuple[str, ...] | None:
+    """``docker compose`` when the plugin answers, else a standalone ``docker-compose``, else None."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, check=False, timeout=60)
+        if probe.returncode == 0:
+            return (docker, "compose")
+    standalone = shutil.which("docker-compose")
+    return (standalone,) if standalone is not None else None
+
+
+@pytest.fixture(scope="module")
+def compose() -> tuple[str, ...]:
+    cli = compose_cli()
+    if cli is None:
+        message = "no Compose CLI: install Debian's docker-compose (apt-get install -y docker-compose) or the docker compose plugin"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return cli
+
+
+def env_example() -> dict[str, tuple[bool, str]]:
+    """``.env.example`` as {name: (commented out, value)}; a commented-out assignment documents a default."""
+    entries: dict[str, tuple[bool, str]] = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        match = ASSIGNMENT.match(line)
+        if match:
+            name = match["name"]
+            assert name not in entries, f".env.example lists {name} twice"
+            entries[name] = (match["commented"] is not None, match["value"])
+    return entries
+
+
+REQUIRED_SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "SPECWATCH_WEBHOOK_SECRET": "hook-secret"}
+
+
+def project(tmp_path: Path, values: dict[str, str]) -> Path:
+    """A copy of the compose files with a ``.env`` made from ``.env.example`` and ``values`` filled in."""
+    for name in COMPOSE_FILES:
+        shutil.copy(ROOT / name, tmp_path / name)
+    lines = []
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        match = ASSIGNMENT.match(line)
+        lines.append(f"{match['name']}={values[match['name']]}" if match and match["name"] in values else line)
+    lines += [f"{name}={value}" for name, value in values.items() if name not in env_example()]
+    (tmp_path / ".env").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+def run_config(cli: tuple[str, ...], directory: Path, *files: str, profiles: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    # Only what the CLI needs from our environment: nothing of the developer's or CI's settings leaks in.
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+    args = [*cli]
+    for name in files or (COMPOSE,):
+        args += ["-f", name]
+    for profile in profiles:
+        args += ["--profile", profile]
+    args.append("config")
+    return subprocess.run(args, cwd=directory, env=env, capture_output=True, text=True, check=False, timeout=120)
+
+
+def resolved(cli: tuple[str, ...], directory: Path, *files: str, profiles: tuple[str, ...] = ()) -> dict[str, Any]:
+    done = run_config(cli, directory, *files, profiles=profiles)
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    assert isinstance(config, dict)
+    return config
+
+
+@pytest.fixture(scope="module")
+def main_config(compose: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return resolved(compose, project(tmp_path_factory.mktemp("compose"), REQUIRED_SECRETS))
+
+
+def published_ports(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host ip, published port) of each port, in either CLI's output form (short string or long mapping)."""
+    out = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            out.append((str(port.get("host_ip", "")), str(port.get("published", ""))))
+        else:
+            host_ip, published, _ = str(port).rsplit(":", 2) if str(port).count(":") >= 2 else ("", *str(port).split(":", 1))
+            out.append((host_ip, published))
+    return out
+
+
+def volume_sources(service: dict[str, Any]) -> set[str]:
+    return {str(v["source"] if isinstance(v, dict) else v.split(":", 1)[0]) for v in service.get("volumes", [])}
+
+
+def option(command: list[str], name: str) -> str:
+    assert name in command, f"{name} not in {command}"
+    return command[command.index(name) + 1]
+
+
+# ------------------------------------------------------------------------------- compose: the parser
+def test_compose_file_is_valid_and_has_the_production_shape(main_config: dict[str, Any]) -> None:
+    services = main_config["services"]
+    assert set(services) == {"postgres", "redis", *SPECWATCH_SERVICES}
+    assert {"postgres-data", "mirrors"} <= set(main_config["volumes"])
+    assert "postgres-data" in volume_sources(services["postgres"])
+    for name in ("postgres", "redis", "api"):
+        assert services[name]["healthcheck"]["test"], f"{name} has no healthcheck"
+    assert option(services["migrate"]["command"], "upgrade") == "head"
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in SPECWATCH_SERVICES[1:]:
+        depends = {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
+        assert depends == {
+            "postgres": "service_healthy",
+            "redis": "service_healthy",
+            "migrate": "service_completed_successfully",
+        }, name
+
+
+def test_specwatch_services_run_in_production_with_the_compose_services(main_config: dict[str, Any]) -> None:
+    services = main_config["services"]
+    for name in SPECWATCH_SERVICES:
+        env = services[name]["environment"]
+        assert env["SPECWATCH_ENV"] == "prod", name
+        assert env["SPECWATCH_DATABASE_URL"] == "postgresql+psycopg://specwatch:pg-secret@postgres:5432/specwatch", name
+        assert env["SPECWATCH_REDIS_URL"].startswith("redis://redis:6379/"), name
+        assert env["SPECWATCH_WEBHOOK_SECRET"] == "hook-secret", name
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pg-secret"
+
+
+def test_ports_are_bound_to_loopback(main_config: dict[str, Any]) -> None:
+    published = {name: published_ports(service) for name, service in main_config["services"].items() if service.get("ports")}
+    assert set(published) == {"api"}
+    assert published["api"] == [("127.0.0.1", "8000")]
+
+
+def test_gpu_worker_reserves_an_nvidia_gpu_and_runs_one_suite_at_a_time(main_config: dict[str, Any]) -> None:
+    worker = main_config["services"]["worker-gpu"]
+    (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia"
+    assert "gpu" in device["capabilities"]
+    assert option(worker["command"], "-Q") == "gpu"
+    assert option(worker["command"], "--concurrency") == "1"
+    assert option(main_config["services"]["worker"]["command"], "-Q") == "default"
+    assert "mirrors" in volume_sources(worker)
+    assert "mirrors" in volume_sources(main_config["services"]["worker"]), "the pollers fetch into the mirrors"
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED_SECRETS))
+def test_required_secrets_are_refused_when_missing(compose: tuple[str, ...], tmp_path: Path, missing: str) -> None:
+    values = {name: value for name, value in REQUIRED_SECRETS.items() if name != missing}
+    done = run_config(compose, project(tmp_path, values))
+    assert done.returncode != 0
+    assert missing in done.stderr
+
+
+def test_cpu_override_replaces_the_gpu_worker_by_a_cpu_one(compose: tuple[str, ...], tmp_path: Path) -> None:
+    directory = project(tmp_path, REQUIRED_SECRETS)
+    services = resolved(compose, directory, COMPOSE, COMPOSE_CPU)["services"]
+    # worker-gpu is not started without --profile gpu: Compose v2 leaves it out, v1 shows its profile.
+    assert services.get("worker-gpu", {"profiles": ["gpu"]})["profiles"] == ["gpu"]
+    gpu, cpu = resolved(compose, directory, COMPOSE, COMPOSE_CPU, profiles=("gpu",))["services"]["worker-gpu"], services["worker-cpu"]
+    assert not cpu.get("profiles")
+    assert "deploy" not in cpu
+    assert cpu["environment"] == {**gpu["environment"], "SPECWATCH_WORKER_DEVICE": "cpu"}
+    assert cpu["command"] == [arg.replace("gpu@%h", "cpu@%h") for arg in gpu["command"]]
+    for key in ("env_file", "volumes", "depends_on", "init", "restart", "stop_grace_period"):
+        assert cpu.get(key) == gpu.get(key), key
+    for name in ("worker-cpu", "worker", "beat"):
+        assert services[name]["build"]["args"]["TORCH_VARIANT"] == "cpu", name
+        assert services[name]["image"] == "specwatch-worker:cpu", name
+
+
+def test_remote_worker_file_is_the_gpu_worker_against_central_services(
+    compose: tuple[str, ...], tmp_path: Path, main_config: dict[str, Any]
+) -> None:
+    central = {
+        "SPECWATCH_WEBHOOK_SECRET": "hook-secret",
+        "SPECWATCH_DATABASE_URL": "postgresql+psycopg://specwatch:pw@central:5432/specwatch",
+        "SPECWATCH_REDIS_URL": "redis://:pw@central:6379/0",
+    }
+    config = resolved(compose, project(tmp_path, central), COMPOSE_WORKER)
+    assert set(config["services"]) == {"worker-gpu"}
+    remote, local = config["services"]["worker-gpu"], main_config["services"]["worker-gpu"]
+    # (A v1 docker-compose also folds the env_file into environment: compare the variables the file sets.)
+    assert {name: value for name, value in remote["environment"].items() if name.startswith("SPECWATCH_")} == {
+        "SPECWATCH_ENV": "prod",
+        **central,
+    }
+    for key in ("command", "image", "deploy", "volumes", "init", "restart", "stop_grace_period"):
+        assert remote.get(key) == local.get(key), key
+    assert remote["build"]["target"] == local["build"]["target"]
+    assert remote["build"]["args"] == local["build"]["args"]
+
+
+# --------------------------------------------------------------------- compose: commands resolve to code
+def raw_services() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for file in COMPOSE_FILES:
+        for name, service in yaml.safe_load((ROOT / file).read_text())["services"].items():
+            if "command" in service:
+                yield file, name, service
+
+
+def celery_app(module_name: str) -> Any:
+    """What ``celery -A module_name`` loads: the module's ``app`` or ``celery`` attribute, or its one Celery app."""
+    from celery import Celery
+
+    module = importlib.import_module(module_name)
+    for attribute in ("app", "celery"):
+        if isinstance(getattr(module, attribute, None), Celery):
+            return getattr(module, attribute)
+    apps = [value for value in vars(module).values() if isinstance(value, Celery)]
+    assert len(apps) == 1, f"{module_name} has no single Celery app"
+    return apps[0]
+
+
+def console_scripts() -> dict[str, str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def resolve(reference: str) -> Any:
+    module_name, _, attribute = reference.partition(":")
+    return functools.reduce(getattr, attribute.split("."), importlib.import_module(module_name))
+
+
+def check_command(command: list[str]) -> None:
+    program = command[0]
+    if program == "uvicorn":
+        assert "--factory" in command
+        factory = resolve(next(arg for arg in command[1:] if ":" in arg and not arg.startswith("-")))
+        assert callable(factory)
+        assert all(parameter.default is not inspect.Parameter.empty for parameter in inspect.signature(factory).parameters.values())
+    elif program == "celery":
+        app = celery_app(option(command, "-A"))
+        if command[command.index("-A") + 2] == "worker":
+            known = {queue.name for queue in app.conf.task_queues}
+            assert set(option(command, "-Q").split(",")) <= known
+        else:
+            assert command[command.index("-A") + 2] == "beat"
+            assert app.conf.beat_schedule
+    elif program == "alembic":
+        assert command[1:] == ["upgrade", "head"]
+        assert (ROOT / "alembic.ini").is_file()
+        assert (ROOT / "migrations" / "env.py").is_file()
+    elif program in console_scripts():
+        assert callable(resolve(console_scripts()[program]))
+    else:
+        pytest.fail(f"unknown program {program!r} in {command}")
+
+
+@pytest.mark.parametrize(("file", "name", "service"), list(raw_services()), ids=lambda value: value if isinstance(value, str) else "")
+def test_service_command_resolves_to_an_entry_point(file: str, name: str, service: dict[str, Any]) -> None:
+    if "build" not in service and not str(service.get("image", "")).startswith("specwatch-"):
+        return  # a third-party image (redis): its own command
+    check_command(service["command"])
+
+
+def test_every_routed_queue_has_a_worker(main_config: dict[str, Any]) -> None:
+    app = celery_app("workers.celery_app")
+    routed = {route["queue"] for route in app.conf.task_routes.values()} | {app.conf.task_default_queue}
+    routed |= {entry["options"]["queue"] for entry in app.conf.beat_schedule.values() if "queue" in entry.get("options", {})}
+    consumed = {
+        queue
+        for service in main_config["services"].values()
+        if service.get("command", [None])[0] == "celery" and "worker" in service["command"]
+        for queue in option(service["command"], "-Q").split(",")
+    }
+    assert routed <= consumed
+
+
+def test_api_healthcheck_answers_on_the_app(tmp_path: Path, main_config: dict[str, Any]) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    probe = " ".join(main_config["services"]["api"]["healthcheck"]["test"])
+    path = re.search(r"http://127\.0\.0\.1:8000(/[^'\"]*)", probe)
+    assert path, probe
+    settings = Settings(_env_file=None, env="test", database_url=f"sqlite:///{tmp_path / 'health.db'}")
+    with TestClient(create_app(settings)) as client:
+        assert client.get(path[1]).status_code == 200
+
+
+def test_readme_commands_exist_in_the_cli() -> None:
+    """Every ``specwatch ...`` command of the Deployment section names a real command and real options."""
+    from typer.main import get_command
+
+    from service.cli import app
+
+    section = (ROOT / "README.md").read_text().split("\n## Deployment\n", 1)[1].replace("\\\n", " ")
+    invocations = re.findall(r"(?:^|exec \S+ |`)specwatch ([^`\n]+)", section, re.MULTILINE)
+    assert invocations
+    root = get_command(app)
+    for invocation in invocations:
+        command = root
+        words = invocation.split()
+        # Groups by their subcommands (typer's group is not necessarily the installed click's class).
+        while words and words[0] in getattr(command, "commands", {}):
+            command = command.commands[words.pop(0)]
+        assert not hasattr(command, "commands"), f"specwatch {invocation}: not a command"
+        known = {name for parameter in command.params for name in getattr(parameter, "opts", [])}
+        used = {word for word in words if word.startswith("--")}
+        assert used <= known, f"specwatch {invocation}: unknown options {sorted(used - known)}"
+
+
+# ------------------------------------------------------------------------------------------- Dockerfile
+def dockerfile_stages() -> dict[str, list[str]]:
+    """{stage name: its instructions, continuation lines joined}."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.IGNORECASE)
+        if match:
+            current = stages.setdefault(match[1], [])
+        current.append(line)
+    return stages
+
+
+def test_compose_builds_existing_dockerfile_targets(main_config: dict[str, Any]) -> None:
+    stages = dockerfile_stages()
+    targets = {service["build"]["target"] for service in main_config["services"].values() if "build" in service}
+    assert targets == {"api", "worker"}
+    assert targets <= set(stages)
+    assert list(stages)[-1] == "api", "a plain `docker build .` gives the api image"
+
+
+def test_images_run_as_an_unprivileged_user() -> None:
+    stages = dockerfile_stages()
+    for name in ("api", "worker"):
+        users = [line.split()[1] for line in stages[name] if line.startswith("USER ")]
+        assert users, f"{name} runs as root"
+        assert users[-1] not in ("root", "0"), name
+
+
+def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
+    ignored = [
+        line.strip().lstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+    for instructions in dockerfile_stages().values():
+        for line in instructions:
+            if line.startswith("COPY ") and "--from=" not in line:
+                for source in line.split()[1:-1]:
+                    assert (ROOT / source).exists(), source
+                    assert source not in ignored, f"{source} is in .dockerignore"
+
+
+def test_api_image_requirements_exclude_the_suite(tmp_path: Path) -> None:
+    """Runs the Dockerfile's own requirement extraction: torch only in the worker's list."""
+    script = re.search(r"deps='([^']*)'", (ROOT / "Dockerfile").read_text())
+    assert script
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+
+    def requirements(*extras: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-c", script[1], *extras], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return {re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0] for line in done.stdout.split()}
+
+    api, worker = requirements(), requirements("suite")
+    assert {"fastapi", "celery", "alembic"} <= api
+    assert not api & {"torch", "numpy", "scipy"}
+    assert {"torch", "numpy", "scipy"} <= worker
+
+
+def test_dockerfile_pins_match_the_project() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    makefile_torch = re.search(r"TORCH_SPEC \?= torch==(\S+)", (ROOT / "Makefile").read_text())
+    dev_transformers = next(
+        r
+        for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+        if r.startswith("transformers")
+    )
+    assert makefile_torch
+    assert f"ARG TORCH_VERSION={makefile_torch[1]}\n" in text
+    assert f"ARG TRANSFORMERS_VERSION={dev_transformers.split('==')[1]}\n" in text
+
+
+# ---------------------------------------------------------------------------------------- .env.example
+def settings_classes() -> list[type[BaseSettings]]:
+    """Every BaseSettings subclass defined in service/ and workers/ (the suite reads no settings)."""
+    found: dict[str, type[BaseSettings]] = {}
+    for package_name in ("service", "workers"):
+        package = importlib.import_module(package_name)
+        for info in pkgutil.walk_packages(package.__path__, f"{package_name}."):
+            if info.name.startswith("workers.suite"):
+                continue
+            module = importlib.import_module(info.name)
+            for value in vars(module).values():
+                if inspect.isclass(value) and issubclass(value, BaseSettings) and value.__module__ == info.name:
+                    found[f"{value.__module__}.{value.__qualname__}"] = value
+    assert {"service.settings.Settings", "workers.settings.WorkerSettings"} <= set(found)
+    return list(found.values())
+
+
+def env_names(cls: type[BaseSettings]) -> dict[str, str]:
+    """{environment variable: field name} of a settings class (env prefix + field, or the field's alias)."""
+    prefix = cls.model_config.get("env_prefix", "")
+    names = {}
+    for field_name, field in cls.model_fields.items():
+        alias = field.validation_alias
+        names[(alias if isinstance(alias, str) else f"{prefix}{field_name}").upper()] = field_name
+    return names
+
+
+def direct_reads() -> set[str]:
+    """SPECWATCH_* names read with os.environ[...] / os.environ.get / os.getenv anywhere in the code."""
+    names = set()
+    for path in [*ROOT.glob("service/**/*.py"), *ROOT.glob("workers/**/*.py"), *ROOT.glob("migrations/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
+                key = node.args[0] if node.args else None
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+                key = node.slice
+            else:
+                continue
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.startswith("SPECWATCH_"):
+                names.add(key.value)
+    return names
+
+
+def compose_variables() -> set[str]:
+    return {match["name"] for file in COMPOSE_FILES for match in INTERPOLATION.finditer((ROOT / file).read_text())}
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [name for name in os.environ if name.startswith("SPECWATCH_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_every_setting_is_in_env_example() -> None:
+    documented = set(env_example())
+    read = {name for cls in settings_classes() for name in env_names(cls)} | (direct_reads() - DIRECT_READS_NOT_IN_ENV_EXAMPLE)
+    assert read - documented == set(), "settings missing from .env.example"
+
+
+def test_every_env_example_entry_is_read() -> None:
+    read = {name for cls in settings_classes() for name in env_names(cls)} | direct_reads()
+    unread = set(env_example()) - read - compose_variables() - COMPOSE_CLI_VARIABLES
+    assert unread == set(), "entries of .env.example that nothing reads"
+
+
+def test_compose_variables_are_documented() -> None:
+    assert compose_variables() - set(env_example()) == set()
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_documented_defaults_are_the_code_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commented-out ``NAME=value`` line parses to the field's default (an empty value: computed or unset)."""
+    entries = env_example()
+    for cls in settings_classes():
+        default = cls(_env_file=None)
+        for name, field_name in env_names(cls).items():
+            commented, value = entries[name]
+            if not commented or not value:
+                continue
+            with monkeypatch.context() as patch:
+                patch.setenv(name, value)
+                assert getattr(cls(_env_file=None), field_name) == getattr(default, field_name), name
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_env_example_as_given_refuses_to_run_without_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its active values are valid, and its empty webhook secret is refused (SPECWATCH_ENV=prod), not accepted."""
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    active = {name: value for name, (commented, value) in env_example().items() if not commented}
+    assert active["SPECWATCH_ENV"] == "prod"
+    assert not active["SPECWATCH_WEBHOOK_SECRET"]
+    for name, value in active.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match="SPECWATCH_WEBHOOK_SECRET is empty"):
+        Settings(_env_file=None)
+    monkeypatch.setenv("SPECWATCH_WEBHOOK_SECRET", "hook-secret")
+    for cls in settings_classes():
+        cls(_env_file=None)
