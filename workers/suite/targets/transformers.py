@@ -266,24 +266,9 @@ class TransformersAdapter:
             )
         cases.append(self._greedy_case("e2e/greedy/assistant_model", {"assistant_model": True}, "assistant_model"))
         cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": 2}, "prompt_lookup"))
-        cases.append(
-            self._greedy_case(
-                "e2e/greedy/assistant_model_generated_pad",
-                {"assistant_model": True},
-                "assistant_model",
-                pad_token_id=0,
-                note=" with pad_token_id equal to a token the model generates",
-            )
-        )
-        for name, feature in (("mtp", "mtp"), ("dflash", "dflash")):
-            reason = (
-                f"transformers {self.version} has no {feature} path"
-                if not self.features.get(feature)
-                else "not covered yet by specwatch's catalogue (needs a model class with its drafting heads)"
-            )
-            cases.append(
-                Case(id=f"e2e/{name}", family="e2e", description=f"{name.replace('_', ' ')} drafting", epsilon=0.1, skip_reason=reason)
-            )
+        from workers.suite.targets.transformers_heads import head_cases  # noqa: PLC0415 - imports this module
+
+        cases.extend(head_cases(self))  # multi-token prediction, DFlash, model-specific assistants
         return tuple(cases)
 
     def _sampling_case(
@@ -298,18 +283,16 @@ class TransformersAdapter:
         quick = processing is _PROCESSING_ON and feature is not None
         return Case(id=case_id, family="e2e", description=description, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick)
 
-    def _greedy_case(
-        self, case_id: str, options: dict[str, Any], feature: str, *, pad_token_id: int = _UNREACHABLE_EOS, note: str = ""
-    ) -> Case:
+    def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
         skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
 
         def make(device: torch.device) -> Experiment:
-            return GreedyEquivalenceExperiment(self.module, options, device, pad_token_id=pad_token_id)
+            return GreedyEquivalenceExperiment(self.module, options, device, pad_token_id=_UNREACHABLE_EOS)
 
         return Case(
             id=case_id,
             family="e2e",
-            description=f"do_sample=False: assisted output equals plain greedy output exactly (64 prompts){note}",
+            description="do_sample=False: assisted output equals plain greedy output exactly (64 prompts)",
             epsilon=0.1,
             make_experiment=make,
             skip_reason=skip,
@@ -331,6 +314,10 @@ def _skipped(case: Case, reason: str) -> Case:
 def _generation_config_fields(transformers: ModuleType) -> set[str]:
     config = transformers.GenerationConfig()
     return set(vars(config)) | set(inspect.signature(transformers.GenerationConfig.__init__).parameters)
+
+
+#: Builds (target, draft) models on a device; the draft stands in for ``options["assistant_model"] = True``.
+ModelFactory = Callable[[ModuleType, torch.device], tuple[Any, Any]]
 
 
 def tiny_models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
@@ -401,15 +388,27 @@ class GenerateExperiment:
     (Hugging Face's order: temperature, top-k, top-p).
     """
 
-    def __init__(self, transformers: ModuleType, processing: Processing, options: dict[str, Any], device: torch.device) -> None:
+    def __init__(
+        self,
+        transformers: ModuleType,
+        processing: Processing,
+        options: dict[str, Any],
+        device: torch.device,
+        *,
+        models: ModelFactory | None = None,
+        length: int = E2E_LENGTH,
+        vocab: int = E2E_VOCAB,
+        prompt: Sequence[int] = _PROMPT,
+    ) -> None:
         self.transformers = transformers
         self.processing = processing
         self.device = device
-        self.target, self.draft = tiny_models(transformers, device)
+        self.length, self.vocab = length, vocab
+        self.target, self.draft = (models or tiny_models)(transformers, device)
         self.options = _resolve_options(transformers, options, self.draft, device)
-        self.prompt = torch.tensor([_PROMPT], device=device)
-        self.law = sequence_law(self._next_token(self.prompt), E2E_LENGTH, E2E_VOCAB)
-        self._checks = (CheckSpec(f"lossless/first{E2E_LENGTH}", Layer.LOSSLESS, self.law, 1.0),)
+        self.prompt = torch.tensor([tuple(prompt)], device=device)
+        self.law = sequence_law(self._next_token(self.prompt), length, vocab)
+        self._checks = (CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),)
 
     def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
         def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
@@ -436,7 +435,7 @@ class GenerateExperiment:
         p = self.processing
         return {
             "do_sample": True,
-            "max_new_tokens": E2E_LENGTH,
+            "max_new_tokens": self.length,
             "temperature": p.temperature,
             "top_k": p.top_k if p.top_k is not None else 0,
             "top_p": p.top_p if p.top_p is not None else 1.0,
@@ -454,9 +453,9 @@ class GenerateExperiment:
             with torch.no_grad():
                 out = self.target.generate(prompt, attention_mask=mask, **kwargs)
             new = out[0, prompt.shape[1] :].tolist()
-            if len(new) < E2E_LENGTH or any(not 0 <= t < E2E_VOCAB for t in new[:E2E_LENGTH]):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {E2E_LENGTH} new tokens"),), 0, b"")
-            counts[sum(t * E2E_VOCAB ** (E2E_LENGTH - 1 - j) for j, t in enumerate(new[:E2E_LENGTH]))] += 1
+            if len(new) < self.length or any(not 0 <= t < self.vocab for t in new[: self.length]):
+                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.length} new tokens"),), 0, b"")
+            counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
         sample = counts.tobytes() if n >= 1 else b""
         return Observation({self._checks[0].name: counts}, (), 0, sample)
 
@@ -466,8 +465,18 @@ class GreedyEquivalenceExperiment:
 
     prompts = 64
 
-    def __init__(self, transformers: ModuleType, options: dict[str, Any], device: torch.device, *, pad_token_id: int) -> None:
-        self.target, self.draft = tiny_models(transformers, device)
+    def __init__(
+        self,
+        transformers: ModuleType,
+        options: dict[str, Any],
+        device: torch.device,
+        *,
+        pad_token_id: int,
+        models: ModelFactory | None = None,
+        vocab: int = E2E_VOCAB,
+    ) -> None:
+        self.target, self.draft = (models or tiny_models)(transformers, device)
+        self.vocab = vocab
         self.options = _resolve_options(transformers, options, self.draft, device)
         self.device = device
         self.pad_token_id = pad_token_id
@@ -490,7 +499,7 @@ class GreedyEquivalenceExperiment:
         samples: list[int] = []
         for _ in range(n):
             length = int(torch.randint(2, 7, (1,), generator=generator))
-            prompt = torch.randint(0, E2E_VOCAB, (1, length), generator=generator).to(self.device)
+            prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
             mask = torch.ones_like(prompt)
             with torch.no_grad():
                 plain = self.target.generate(prompt, attention_mask=mask, **base)
