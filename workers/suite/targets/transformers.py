@@ -186,7 +186,7 @@ class TransformersAdapter:
     def describe(self) -> dict[str, str]:
         """Library name, version, location and, for a git checkout, its commit."""
         info = {"name": "transformers", "version": self.version, "path": self.path}
-        sha = _git_head(Path(self.path).parent) if self.path else None
+        sha = _git_head(Path(self.path).parent) if self.path else None  # the package folder, as imported
         if sha:
             info["git_sha"] = sha
         return info
@@ -299,12 +299,23 @@ class TransformersAdapter:
         )
 
 
-def _git_head(folder: Path) -> str | None:
+def _git_head(package: Path) -> str | None:
+    """The commit of the checkout the package was imported from, if git tracks it there.
+
+    Git runs in the import root (the package's parent, not resolved through links) and must track the
+    package itself: a library installed in a virtual environment inside some other repository gets no
+    commit from that repository.
+    """
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=package.parent, capture_output=True, text=True, timeout=10, check=False)  # noqa: S603, S607
+
     try:
-        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False)  # noqa: S603, S607
+        tracked = git("ls-files", "--error-unmatch", package.name)
+        head = git("rev-parse", "HEAD")
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return head.stdout.strip() if tracked.returncode == 0 and head.returncode == 0 else None
 
 
 def _skipped(case: Case, reason: str) -> Case:

@@ -129,3 +129,40 @@ def test_finding_universal_assisted_generation_reports_a_permuted_q(target, monk
     monkeypatch.setattr(candidate_generator.AssistantToTargetTranslator, "get_target_logits", _fixed_get_target_logits)
     fixed = _run(target, ["e2e/different_tokenizers/plain"]).results[0]
     assert fixed.verdict == Verdict.PASS, fixed.reason
+
+
+@pytest.mark.slow
+def test_source_checkout_is_tested_in_a_subprocess_and_its_commit_recorded(tmp_path):
+    """`--source PATH` puts PATH/src first on PYTHONPATH in a subprocess; the result records the checkout's
+    git commit. The checkout here is a git repository whose src/ links to the installed package."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import transformers
+
+    checkout = tmp_path / "transformers"
+    (checkout / "src").mkdir(parents=True)
+    (checkout / "src" / "transformers").symlink_to(Path(transformers.__file__).parent)
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "src"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "checkout"], check=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "workers.suite", "run", "--target", "transformers", "--source", str(checkout)]
+    cmd += ["--cases", "direct/far_apart/V8/g1", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    environment = json.loads(out.read_text())["environment"]
+    assert environment["library_path"].startswith(str(checkout / "src"))
+    assert environment["library_git_sha"] == sha
+
+
+def test_bad_source_and_pip_specs_are_usage_errors(tmp_path):
+    from workers.suite.__main__ import main
+
+    assert main(["run", "--target", "transformers", "--source", str(tmp_path / "missing")]) == 2
+    assert main(["run", "--target", "transformers", "--pip", "transformers; rm -rf /"]) == 2
