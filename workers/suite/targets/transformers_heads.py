@@ -140,6 +140,9 @@ def _paths(transformers: ModuleType, version: str, features: dict[str, bool]) ->
         mtp_missing = f"transformers {version} has use_mtp but no MTPCandidateGenerator/MtpModel"
     elif not _has(transformers, "MellumConfig", "MellumForCausalLM"):
         mtp_missing = f"transformers {version} has use_mtp but no Mellum model class to draft with MTP layers"
+    elif not any("mtp" in str(p) for p in getattr(transformers.MellumForCausalLM, "_keys_to_ignore_on_load_unexpected", None) or ()):
+        # MtpModel.from_pretrained finds MTP weights through these patterns (5.15 has Mellum without them)
+        mtp_missing = f"transformers {version}: Mellum registers no MTP checkpoint keys, so MtpModel cannot load its layers"
 
     dflash_missing = None
     if not features.get("dflash"):
