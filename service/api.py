@@ -1,5 +1,7 @@
 """The REST API: targets (``GET /targets``, ``POST /targets``, ``DELETE /targets/{name}``).
 
+Writes need a write token (:mod:`service.auth`); reads need one only when read auth is on.
+
 Routes validate with :mod:`service.targets` (the same rules and messages as the CLI) and work on the
 request's session, which commits when the route returns (:mod:`service.deps`).
 """
@@ -11,6 +13,7 @@ from datetime import datetime
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.auth import ReadAuth, WriteAuth
 from service.deps import SessionDep
 from service.models import CommitPolicy, InstallMode, Target
 from service.targets import TargetError, TargetExistsError, TargetNotFoundError, add_target, list_targets, make_spec, remove_target
@@ -49,7 +52,7 @@ def _out(target: Target) -> TargetOut:
     return TargetOut.model_validate(target)
 
 
-@router.get("/targets")
+@router.get("/targets", dependencies=[ReadAuth])
 def get_targets(session: SessionDep) -> list[TargetOut]:
     """Every watched target, by name."""
     return [_out(target) for target in list_targets(session)]
@@ -58,7 +61,13 @@ def get_targets(session: SessionDep) -> list[TargetOut]:
 @router.post(
     "/targets",
     status_code=status.HTTP_201_CREATED,
-    responses={409: {"description": "a target with that name exists"}, 422: {"description": "invalid target"}},
+    dependencies=[WriteAuth],
+    responses={
+        401: {"description": "no valid token"},
+        403: {"description": "a read-only token"},
+        409: {"description": "a target with that name exists"},
+        422: {"description": "invalid target"},
+    },
 )
 def post_target(body: TargetIn, session: SessionDep) -> TargetOut:
     """Watch a new target."""
@@ -81,7 +90,12 @@ def post_target(body: TargetIn, session: SessionDep) -> TargetOut:
     return _out(target)
 
 
-@router.delete("/targets/{name}", status_code=status.HTTP_204_NO_CONTENT, responses={404: {"description": "no such target"}})
+@router.delete(
+    "/targets/{name}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    dependencies=[WriteAuth],
+    responses={401: {"description": "no valid token"}, 403: {"description": "a read-only token"}, 404: {"description": "no such target"}},
+)
 def delete_target(name: str, session: SessionDep) -> None:
     """Stop watching a target and delete its history (commits, runs, results)."""
     try:

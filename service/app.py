@@ -13,18 +13,22 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Response, status
+from fastapi import FastAPI, Request, Response, status
+from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import api, webhooks
+from service import api, api_query, dashboard, ops, webhooks
 from service.db import make_engine
 from service.deps import SessionDep
 from service.queue import CeleryProducer, Producer, make_producer
 from service.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
+# What a 503 answer to a request that met an unreachable database asks the client to wait, in seconds.
+DATABASE_RETRY_AFTER_S = 5
 
 
 def create_app(
@@ -59,6 +63,24 @@ def create_app(
     app.state.settings = settings
     app.state.session_factory = session_factory
     app.state.producer = producer
+    registry, webhook_latency = ops.make_registry(
+        session_factory, str(producer.celery.conf.broker_url) if isinstance(producer, CeleryProducer) else settings.redis_url
+    )
+    app.state.metrics_registry = registry
+    app.add_middleware(ops.WebhookTimer, histogram=webhook_latency)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeoutError)
+    async def database_unavailable(request: Request, exc: OperationalError | PoolTimeoutError) -> JSONResponse:
+        """The database is down, restarting or has no free connection: 503 with ``Retry-After``, never a
+        500 or a stall. The request's session rolled back (nothing half-stored); GitHub and other clients retry."""
+        cause = type(exc.orig).__name__ if isinstance(exc, OperationalError) else "pool timeout"
+        log.warning("database_unavailable path=%s error=%s", request.url.path, cause)
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry later"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
 
     @app.get("/healthz", tags=["health"], responses={503: {"description": "the database is unreachable"}})
     def healthz(session: SessionDep, response: Response) -> dict[str, str]:
@@ -74,4 +96,8 @@ def create_app(
 
     app.include_router(webhooks.router)
     app.include_router(api.router)
+    app.include_router(api_query.router)
+    app.include_router(api_query.alerts_router)
+    app.include_router(ops.router)
+    app.include_router(dashboard.router)
     return app

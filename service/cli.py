@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.query_cli import alerts_app, compare_command, history, runs_app
 from service.targets_cli import targets_app
 
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
@@ -44,6 +45,10 @@ def _root() -> None:
 
 
 app.add_typer(targets_app, name="targets")
+app.add_typer(runs_app, name="runs")
+app.add_typer(alerts_app, name="alerts")
+app.command("history")(history)
+app.command("compare")(compare_command)
 
 
 def suite_command(args: list[str]) -> list[str]:

@@ -30,9 +30,15 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+#: Server pool: enough connections for the API's worker threads (40 by default under uvicorn/anyio),
+#: and a short wait for one, after which the request is answered 503 instead of stalling.
+POOL_OPTIONS: dict[str, Any] = {"pool_size": 10, "max_overflow": 30, "pool_timeout": 5}
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url``; SQLite connections get foreign keys and WAL."""
-    engine = create_engine(url, pool_pre_ping=True, **kwargs)
+    options = {} if url.startswith("sqlite") else dict(POOL_OPTIONS)
+    engine = create_engine(url, pool_pre_ping=True, **{**options, **kwargs})
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine

@@ -177,7 +177,23 @@ def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
         raise PayloadError(f"body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise PayloadError("body is not a JSON object")
-    return payload
+    return {_storable(key): _storable(value) for key, value in payload.items()}
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with every string made storable as PostgreSQL text: valid JSON may hold NUL (``\\u0000``) and
+    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    return value
 
 
 def parse_push(payload: dict[str, Any]) -> PushEvent:

@@ -7,6 +7,7 @@ and store what they decide.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -121,3 +122,46 @@ def bisect(commits: Sequence[str], outcomes: Mapping[str, Outcome]) -> Bisection
 
 def _last(commits: Sequence[str], outcomes: Mapping[str, Outcome], outcome: Outcome, end: int) -> str | None:
     return next((commits[i] for i in range(end - 1, -1, -1) if outcomes.get(commits[i]) == outcome), None)
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One case of a finished run, as the classification needs it."""
+
+    case_id: str
+    verdict: str  # pass | fail | error | skipped
+    lossless: bool | None  # None: not measured (error, skipped)
+    conformance: bool | None
+
+
+def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None, list[str]]:
+    """What a finished run says about its commit: the alert kind it calls for and the cases behind it.
+
+    The per-case verdicts already carry the run's family-wise control (each case rejects at E >= m/alpha,
+    Bonferroni over the run's m tests), so a failing case is a finding of the run. A run in status
+    ``error`` (the commit does not import, or crashes the suite) is BROKEN, never a violation. A failing
+    case whose losslessness layer fails makes a VIOLATION; failing cases whose losslessness holds but whose
+    conformance fails (the K law or the residual law) make a PERFORMANCE regression. A passing run calls
+    for nothing (None, []).
+    """
+    if run_status == "error":
+        return Kind.BROKEN, []
+    failing = [c for c in cases if c.verdict == "fail"]
+    if run_status != "failed" or not failing:
+        return None, []
+    lossy = [c.case_id for c in failing if c.lossless is False]
+    if lossy:
+        return Kind.VIOLATION, lossy
+    return Kind.PERFORMANCE, [c.case_id for c in failing]
+
+
+_GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")
+
+
+def case_gamma(case_id: str) -> int | None:
+    """The number of drafts of a case from its id (``direct/far_apart/V8/g3`` → 3); None when it has none.
+
+    The acceptance drift bound needs the range [0, gamma] of a trial's accepted count.
+    """
+    match = _GAMMA.search(case_id)
+    return int(match.group(1)) if match else None

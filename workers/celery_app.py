@@ -7,7 +7,8 @@ Queues: ``gpu`` runs the suite (``workers.run_suite``: one task per process at a
 it ends, re-queued if its process dies, time limits below Redis' visibility timeout, recycled processes);
 ``default`` runs housekeeping (``workers.sweep_runs``, every ``sweep_interval_s`` from beat) and the pollers
 (``workers.poll_branches``, ``workers.poll_releases``, every ``poll_interval_s``; each target's own interval
-decides whether it is polled). Start a GPU
+decides whether it is polled), the analysis of finished runs (``workers.analyse_run``) and the notification
+outbox (``workers.deliver_notifications``, every ``notify_interval_s``). Start a GPU
 worker with ``-Q gpu -c 1`` per GPU and a housekeeping worker with ``-Q default``, plus one ``celery beat``.
 """
 
@@ -27,6 +28,8 @@ RUN_SUITE = "workers.run_suite"
 SWEEP_RUNS = "workers.sweep_runs"
 POLL_BRANCHES = "workers.poll_branches"
 POLL_RELEASES = "workers.poll_releases"
+ANALYSE_RUN = "workers.analyse_run"
+DELIVER_NOTIFICATIONS = "workers.deliver_notifications"
 
 
 def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
@@ -54,6 +57,8 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
             SWEEP_RUNS: {"queue": DEFAULT_QUEUE},
             POLL_BRANCHES: {"queue": DEFAULT_QUEUE},
             POLL_RELEASES: {"queue": DEFAULT_QUEUE},
+            ANALYSE_RUN: {"queue": DEFAULT_QUEUE},
+            DELIVER_NOTIFICATIONS: {"queue": DEFAULT_QUEUE},
         },
         # One reserved message per process: a long suite run never holds a second one hostage.
         "worker_prefetch_multiplier": 1,
@@ -68,6 +73,12 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
             SWEEP_RUNS: {"soft_time_limit": 120, "time_limit": 180},
             POLL_BRANCHES: {"soft_time_limit": poll_limit, "time_limit": poll_limit + 60},
             POLL_RELEASES: {"soft_time_limit": poll_limit, "time_limit": poll_limit + 60},
+            ANALYSE_RUN: {"soft_time_limit": 120, "time_limit": 180},
+            # One pass sends at most notify_batch_size messages, each bounded by notify_timeout_s.
+            DELIVER_NOTIFICATIONS: {
+                "soft_time_limit": worker.notify_batch_size * (worker.notify_timeout_s + 1) + 30,
+                "time_limit": worker.notify_batch_size * (worker.notify_timeout_s + 1) + 90,
+            },
         },
         "beat_schedule": {
             "sweep-runs": {
@@ -84,6 +95,11 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
                 "task": POLL_RELEASES,
                 "schedule": worker.poll_interval_s,
                 "options": {"queue": DEFAULT_QUEUE, "expires": worker.poll_interval_s},
+            },
+            "deliver-notifications": {
+                "task": DELIVER_NOTIFICATIONS,
+                "schedule": worker.notify_interval_s,
+                "options": {"queue": DEFAULT_QUEUE, "expires": worker.notify_interval_s},
             },
         },
     }

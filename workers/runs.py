@@ -41,6 +41,7 @@ class RunSpec:
     repo_url: str
     adapter: str
     install_mode: InstallMode
+    seed_attempt: int = 0  # the suite's --attempt: fresh seeds for a confirmation run
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
         repo_url=target.repo_url,
         adapter=target.adapter,
         install_mode=target.install_mode,
+        seed_attempt=run.seed_attempt,
     )
 
 

@@ -65,6 +65,21 @@ class WorkerSettings(BaseSettings):
     task_soft_time_limit_s: float = Field(default=5 * 3600, gt=0)
     task_time_limit_s: float = Field(default=5 * 3600 + 300, gt=0)
     visibility_timeout_s: float = Field(default=6 * 3600, gt=0)
+    # Analysis (workers.analyse_run): a failing run is rerun once with fresh seeds and alerts only when the
+    # product of the two e-values rejects; False alerts on the first run.
+    confirm_failures: bool = True
+    # Acceptance drift: the current commit against the last N passing runs of the case on its branch, at this
+    # family-wise false-alarm rate per run (split over its cases; Hoeffding-calibrated).
+    drift_baseline_runs: int = Field(default=5, gt=0)
+    drift_alpha: float = Field(default=1e-4, gt=0, lt=1)
+    # The notification outbox (workers.deliver_notifications, every notify_interval_s from beat): rows per
+    # pass, HTTP timeout, exponential backoff after a 5xx or network error (capped), tries before giving up.
+    notify_interval_s: float = Field(default=30, gt=0)
+    notify_batch_size: int = Field(default=50, gt=0)
+    notify_timeout_s: float = Field(default=10, gt=0)
+    notify_backoff_s: float = Field(default=30, gt=0)
+    notify_backoff_max_s: float = Field(default=3600, gt=0)
+    notify_max_attempts: int = Field(default=25, gt=0)
 
     @field_validator("env_passthrough")
     @classmethod

@@ -6,6 +6,10 @@
 into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent. Retries are for
 infrastructure only (the database or the broker unreachable), with backoff and a cap; whatever a commit or
 the suite does is recorded on the run, never retried.
+
+``workers.analyse_run(run_id)`` analyses a finished run (:func:`workers.alerts.analyse`: confirmation,
+bisection, drift, alerts), enqueued by ``run_suite`` when the run finished (and by the sweeper for a finished
+run whose message was lost); ``workers.deliver_notifications()`` sends the outbox (:mod:`workers.notify`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from service.ingest import RunOptions
 from service.queue import enqueue_runs
 from service.settings import Settings, get_settings
 from workers import pollers
-from workers.celery_app import POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
+from workers.alerts import AnalysisConfig, analyse, unanalysed
+from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
 from workers.checkout import MirrorCache
 from workers.execution import execute_run, utcnow
+from workers.notify import Channels, NotifyConfig, deliver_due
 from workers.runs import sweep
-from workers.settings import get_worker_settings
+from workers.settings import WorkerSettings, get_worker_settings
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +55,83 @@ _PUBLISH_RETRY_POLICY: dict[str, Any] = {"max_retries": 2, "interval_start": 0, 
 )
 def run_suite(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
     """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker)."""
-    result = execute_run(run_id, factory=session_factory(), settings=get_worker_settings())
+    worker = get_worker_settings()
+    notify = analysis_config(get_settings(), worker).notify
+    result = execute_run(run_id, factory=session_factory(), settings=worker, notify=notify)
+    if result.status in FINISHED_STATUSES:  # stored and committed: analyse it
+        _publish(analyse_run, run_id)
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
+
+
+FINISHED_STATUSES = frozenset({"passed", "failed", "error"})
+#: A finished run still unanalysed this long after it finished lost its analyse_run message: the sweeper
+#: enqueues it again (runs older than the horizon are left alone: they predate the analysis).
+ANALYSIS_GRACE = timedelta(minutes=10)
+ANALYSIS_HORIZON = timedelta(days=2)
+
+
+def _publish(task: Task[Any, Any], *args: Any) -> bool:
+    """Publish ``task`` after commit; a broker failure is logged (the sweeper or beat repairs it)."""
+    try:
+        task.apply_async(args=args, retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
+    except INFRASTRUCTURE_ERRORS as exc:
+        log.warning("publish_failed task=%s args=%s error=%s: %s", task.name, args, type(exc).__name__, exc)
+        return False
+    return True
+
+
+def analysis_config(settings: Settings, worker: WorkerSettings) -> AnalysisConfig:
+    return AnalysisConfig(
+        confirm_failures=worker.confirm_failures,
+        drift_baseline_runs=worker.drift_baseline_runs,
+        drift_alpha=worker.drift_alpha,
+        notify=NotifyConfig(
+            slack=settings.slack_webhook_url is not None and bool(settings.slack_webhook_url.get_secret_value()),
+            github=settings.github_token is not None and bool(settings.github_token.get_secret_value()),
+            dashboard_url=settings.dashboard_url,
+        ),
+    )
+
+
+def channels(settings: Settings, worker: WorkerSettings) -> Channels:
+    return Channels(
+        slack_webhook_url=settings.slack_webhook_url.get_secret_value() if settings.slack_webhook_url else None,
+        github_token=settings.github_token.get_secret_value() if settings.github_token else None,
+        github_api_url=settings.github_api_url,
+        timeout_s=worker.notify_timeout_s,
+        backoff_s=worker.notify_backoff_s,
+        backoff_max_s=worker.notify_backoff_max_s,
+        max_attempts=worker.notify_max_attempts,
+    )
+
+
+@app.task(
+    name=ANALYSE_RUN,
+    bind=True,
+    acks_late=True,
+    autoretry_for=INFRASTRUCTURE_ERRORS,
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=120,
+    retry_jitter=True,
+)
+def analyse_run(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
+    """Analyse finished run ``run_id`` once: classify, confirm, bisect, open or resolve alerts; enqueue new runs."""
+    config = analysis_config(get_settings(), get_worker_settings())
+    with session_scope(session_factory()) as session:
+        report = analyse(session, run_id, config=config, now=utcnow())
+    _enqueue(report.queued)  # after commit
+    if report.notifications:
+        _publish(deliver_notifications)
+    return report.as_dict()
+
+
+@app.task(name=DELIVER_NOTIFICATIONS, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
+def deliver_notifications(self: Task[Any, Any]) -> dict[str, list[int]]:
+    """Send the due rows of the notification outbox (Slack, GitHub statuses); see :mod:`workers.notify`."""
+    worker = get_worker_settings()
+    report = deliver_due(session_factory(), channels(get_settings(), worker), now=utcnow, limit=worker.notify_batch_size)
+    return report.as_dict()
 
 
 @app.task(
@@ -65,6 +146,9 @@ def sweep_runs(self: Task[Any, Any]) -> dict[str, list[int]]:
     """Re-enqueue runs left queued past their lease or running under an expired one; give up after max attempts."""
     with session_scope(session_factory()) as session:
         report = sweep(session, now=utcnow(), queued_lease_s=get_settings().queued_lease_s)
+        lost_analyses = unanalysed(session, now=utcnow(), grace=ANALYSIS_GRACE, horizon=ANALYSIS_HORIZON)
+    for run_id in lost_analyses + report.gave_up:
+        _publish(analyse_run, run_id)
     sent: list[int] = []
     for run_id in report.requeued:  # after commit: a run is never enqueued before it is visibly queued
         try:

@@ -31,7 +31,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
-from service.models import CaseResult, Commit, Delivery, DeliveryStatus, Run, RunStatus, Verdict
+from service.auth import hash_token
+from service.models import CaseResult, Commit, Delivery, DeliveryStatus, Run, RunPurpose, RunStatus, Verdict
 from service.settings import Settings
 from tests.e2e.conftest import ROOT, WorkerProcess, wait_for
 from tests.support.github import REPO_URL, git_redirect, push_history
@@ -44,13 +45,21 @@ pytestmark = pytest.mark.slow
 SPECWATCH = str(Path(sys.executable).parent / "specwatch")
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
 FINISHED = {RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled}
+API_TOKEN = "pipeline-test-api-token"
+WRITE = {"Authorization": f"Bearer {API_TOKEN}"}
 TARGET = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER, "commit_policy": "head"}
 
 
 def app_settings(database_url: str, redis_url: str, **values: Any) -> Settings:
     """The control plane's settings: runs of the ``smoke`` profile, a known webhook secret."""
     return Settings(
-        env="test", database_url=database_url, redis_url=redis_url, webhook_secret=WEBHOOK_SECRET, run_profile="smoke", **values
+        env="test",
+        database_url=database_url,
+        redis_url=redis_url,
+        webhook_secret=WEBHOOK_SECRET,
+        run_profile="smoke",
+        api_token_hashes=[hash_token(API_TOKEN)],
+        **values,
     )
 
 
@@ -95,9 +104,10 @@ def start_service_worker(tmp_path: Path, worker_env: dict[str, str], toy_repo: T
 
 
 def statuses_by_commit(factory: sessionmaker[Session], shas: list[str]) -> list[list[RunStatus]]:
-    """The statuses of every run of each commit, in the order of ``shas``."""
+    """The statuses of every primary run of each commit (not confirmations or bisection), in the order of ``shas``."""
     with factory() as session:
-        rows = session.execute(select(Commit.sha, Run.status).join(Run.commit).where(Commit.sha.in_(shas)).order_by(Run.id)).all()
+        query = select(Commit.sha, Run.status).join(Run.commit).where(Commit.sha.in_(shas), Run.purpose == RunPurpose.primary)
+        rows = session.execute(query.order_by(Run.id)).all()
     found: dict[str, list[RunStatus]] = {sha: [] for sha in shas}
     for sha, status in rows:
         found[sha].append(status)
@@ -115,7 +125,7 @@ def verdicts(factory: sessionmaker[Session], sha: str) -> list[Verdict]:
                 select(CaseResult.verdict)
                 .join(Run, CaseResult.run_id == Run.id)
                 .join(Run.commit)
-                .where(Commit.sha == sha)
+                .where(Commit.sha == sha, Run.purpose == RunPurpose.primary)
                 .order_by(CaseResult.case_id)
             )
         )
@@ -137,7 +147,7 @@ def test_three_signed_pushes_give_pass_fail_pass(
     worker = start_service_worker("gpu-1")
 
     with served(create_app(app_settings(database_url, REDIS_URL))) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert client.post("/targets", json=TARGET).status_code == 201
+        assert client.post("/targets", json=TARGET, headers=WRITE).status_code == 201
         answers = push_history(client, WEBHOOK_SECRET, toy_repo.path, shas)
         wait_for(
             lambda: all_finished(factory, shas) or worker.proc.poll() is not None,
@@ -156,7 +166,7 @@ def test_three_signed_pushes_give_pass_fail_pass(
     assert Verdict.fail in verdicts(factory, bad)
     assert len(verdicts(factory, bad)) == 2  # the smoke profile's two cases, stored once
     with factory() as session:
-        assert session.scalars(select(Run.attempt).order_by(Run.id)).all() == [1, 1, 1]
+        assert session.scalars(select(Run.attempt).where(Run.purpose == RunPurpose.primary).order_by(Run.id)).all() == [1, 1, 1]
         assert session.scalars(select(Delivery.status)).all() == [DeliveryStatus.accepted] * 3
         assert session.execute(select(Commit.sha, Commit.branch_order).order_by(Commit.branch_order)).all() == [
             (good, 1),
@@ -173,7 +183,7 @@ def test_runs_queued_while_redis_is_down_are_swept_and_completed(
     settings = app_settings(database_url, UNREACHABLE_REDIS_URL, queued_lease_s=1)
 
     with served(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as client:
-        assert client.post("/targets", json=TARGET).status_code == 201
+        assert client.post("/targets", json=TARGET, headers=WRITE).status_code == 201
         answers = push_history(client, WEBHOOK_SECRET, toy_repo.path, shas)
 
     assert [answer.status_code for answer in answers] == [202, 202, 202]

@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.models import CaseResult, Commit, Run, RunStatus
+from service.auth import hash_token
+from service.models import CaseResult, Commit, Run, RunPurpose, RunStatus
 from service.schema import upgrade_to_head
 from tests.e2e.conftest import wait_for
 from tests.support.github import REPO_URL, git_redirect, push_history
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 SPECWATCH = str(Path(sys.executable).parent / "specwatch")
 SECRET = "serve-test-webhook-secret"
+API_TOKEN = "serve-test-api-token"
 FINISHED = {RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled}
 LISTENING = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
 
@@ -76,6 +78,7 @@ def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[
     env = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
     env.update(
         SPECWATCH_WEBHOOK_SECRET=SECRET,
+        SPECWATCH_API_TOKEN_HASHES=hash_token(API_TOKEN),
         SPECWATCH_RUN_PROFILE="smoke",
         SPECWATCH_REDIS_URL="redis://127.0.0.1:1/0",
         SPECWATCH_WORKER_MIRROR_DIR=str(tmp_path / "mirrors"),
@@ -112,7 +115,8 @@ def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[
 
 def run_statuses(factory: sessionmaker[Session]) -> list[tuple[str, RunStatus]]:
     with factory() as session:
-        return [(sha, status) for sha, status in session.execute(select(Commit.sha, Run.status).join(Run.commit).order_by(Run.id))]
+        query = select(Commit.sha, Run.status).join(Run.commit).where(Run.purpose == RunPurpose.primary).order_by(Run.id)
+        return [(sha, status) for sha, status in session.execute(query)]
 
 
 def finished(factory: sessionmaker[Session], count: int) -> bool:
@@ -130,7 +134,7 @@ def test_serve_tests_pushed_commits_without_redis(
     with httpx.Client(base_url=served.url, timeout=30) as client:
         assert client.get("/healthz").json() == {"status": "ok"}
         target = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER}
-        assert client.post("/targets", json=target).status_code == 201
+        assert client.post("/targets", json=target, headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 201
         answers = push_history(client, SECRET, toy_repo.path, [good, bad])
         assert [(answer.status_code, answer.json()["outcome"]) for answer in answers] == [(202, "accepted")] * 2
         wait_for(

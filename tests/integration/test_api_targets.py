@@ -10,6 +10,7 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
+from service.auth import hash_token
 from service.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -23,6 +24,9 @@ TRANSFORMERS = {
 }
 
 
+TOKEN = "targets-test-token"
+
+
 class NoProducer:
     def send_run(self, run_id: int) -> None:
         raise AssertionError(f"nothing should be enqueued (run {run_id})")
@@ -30,8 +34,12 @@ class NoProducer:
 
 @pytest.fixture
 def client(rolled_back_factory: sessionmaker[Session]) -> Iterator[TestClient]:
-    settings = Settings(env="test", database_url="postgresql+psycopg://unused", webhook_secret=SecretStr("x"))
+    settings = Settings(
+        env="test", database_url="postgresql+psycopg://unused", webhook_secret=SecretStr("x"), api_token_hashes=[hash_token(TOKEN)]
+    )
     with TestClient(create_app(settings, session_factory=rolled_back_factory, producer=NoProducer())) as client:
+        # Writes need a write token (service.auth; its refusals are tested in test_api_query.py).
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
         yield client
 
 

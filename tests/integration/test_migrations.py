@@ -16,7 +16,7 @@ from service.models import Base
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"targets", "commits", "deliveries", "runs", "case_results", "poll_states"}
+TABLES = {"targets", "commits", "deliveries", "runs", "case_results", "poll_states", "alerts", "notifications"}
 
 
 def tables_and_revision(url: str) -> tuple[set[str], str | None]:

@@ -29,5 +29,21 @@ def test_healthz_is_503_when_the_database_is_unreachable() -> None:
 
 def test_the_routes_are_mounted() -> None:
     paths = create_app(Settings(env="test", database_url="sqlite://")).openapi()["paths"]
-    assert set(paths) == {"/healthz", "/webhooks/github", "/targets", "/targets/{name}"}
+    assert set(paths) == {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/webhooks/github",
+        "/targets",
+        "/targets/{name}",
+        "/overview",
+        "/targets/{name}/commits",
+        "/runs/{run_id}",
+        "/targets/{name}/cases/{case_id}/history",
+        "/compare",
+        "/alerts",
+        "/alerts/{alert_id}",
+        "/alerts/{alert_id}/acknowledge",
+        "/alerts/{alert_id}/resolve",
+    }
     assert set(paths["/webhooks/github"]) == {"post"}

@@ -26,7 +26,11 @@ def test_queues_routes_and_limits() -> None:
         "workers.sweep_runs": {"queue": "default"},
         "workers.poll_branches": {"queue": "default"},
         "workers.poll_releases": {"queue": "default"},
+        "workers.analyse_run": {"queue": "default"},
+        "workers.deliver_notifications": {"queue": "default"},
     }
+    assert config["beat_schedule"]["deliver-notifications"]["task"] == "workers.deliver_notifications"
+    assert config["beat_schedule"]["deliver-notifications"]["schedule"] == worker.notify_interval_s
     assert config["worker_prefetch_multiplier"] == 1
     limits = config["task_annotations"]["workers.run_suite"]
     assert limits["soft_time_limit"] < limits["time_limit"] < config["broker_transport_options"]["visibility_timeout"]

@@ -1,0 +1,93 @@
+"""The dashboard's pages rendered from a seeded history on real PostgreSQL: the timeline marks the first
+failing commit, the case page's SVG charts have points, the run and alerts pages list what they should."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.app import create_app
+from service.dashboard.charts import Chart, Series, render
+from service.settings import Settings
+from tests.support.history import CASES, FAILING_CASE, TARGET, Seeded, seed_history
+
+pytestmark = pytest.mark.integration
+
+POINT = re.compile(r"-?\d+(?:\.\d+)?,-?\d+(?:\.\d+)?")
+
+
+class NoProducer:
+    def send_run(self, run_id: int) -> None:
+        raise AssertionError(f"nothing should be enqueued (run {run_id})")
+
+
+@pytest.fixture
+def client(rolled_back_factory: sessionmaker[Session]) -> TestClient:
+    settings = Settings(env="test", database_url="postgresql+psycopg://unused", webhook_secret=SecretStr("x"))
+    return TestClient(create_app(settings, session_factory=rolled_back_factory, producer=NoProducer()))
+
+
+@pytest.fixture
+def seeded(rolled_back_factory: sessionmaker[Session]) -> Seeded:
+    with rolled_back_factory() as session:
+        made = seed_history(session)
+        session.commit()
+    return made
+
+
+def series_points(html: str) -> list[int]:
+    """The number of points of each ``<path class="series">`` in ``html``."""
+    return [len(POINT.findall(d)) for d in re.findall(r'<path class="series" d="([^"]*)"', html)]
+
+
+def test_overview_lists_the_target(client: TestClient, seeded: Seeded) -> None:
+    page = client.get("/ui")
+    assert page.status_code == 200
+    assert f'href="/ui/targets/{TARGET}"' in page.text
+    assert seeded.shas[8][:12] in page.text
+
+
+def test_timeline_marks_the_first_failing_commit(client: TestClient, seeded: Seeded) -> None:
+    page = client.get(f"/ui/targets/{TARGET}")
+    assert page.status_code == 200
+    marked = re.findall(r'data-sha="([0-9a-f]+)"[^>]*data-first-failing="true"', page.text)
+    assert marked == [seeded.shas[4]]
+    assert page.text.count('data-status="failed"') == 2
+    assert all(f"/cases/{case}" in page.text for case in CASES)
+    assert f"alert {seeded.open_alert}: violation (open)" in page.text
+
+
+def test_case_page_draws_three_non_empty_charts(client: TestClient, seeded: Seeded) -> None:
+    page = client.get(f"/ui/targets/{TARGET}/cases/{FAILING_CASE}")
+    assert page.status_code == 200
+    assert page.text.count("<svg") == 3
+    # e-value and threshold, TV, acceptance observed and expected: one point per commit with results (6).
+    assert series_points(page.text) == [6, 6, 6, 6, 6]
+    assert page.text.count('class="fail-mark"') == 3 * 2
+    assert 'class="band"' in page.text
+
+
+def test_run_and_alerts_pages(client: TestClient, seeded: Seeded) -> None:
+    run = client.get(f"/ui/runs/{seeded.runs[4]}")
+    assert run.status_code == 200
+    assert all(case in run.text for case in CASES)
+    alerts = client.get("/ui/alerts", params={"state": "open"})
+    assert alerts.status_code == 200
+    assert alerts.text.count('<tr class="alert open"') == 1
+
+
+def test_dashboard_404s(client: TestClient, seeded: Seeded) -> None:
+    assert client.get("/ui/targets/nope").status_code == 404
+    assert client.get("/ui/runs/999999999").status_code == 404
+    assert client.get(f"/ui/targets/{TARGET}/cases/no/such").status_code == 404
+    assert client.get(f"/ui/targets/{TARGET}", params={"cursor": "x"}).status_code == 400
+
+
+def test_empty_chart_says_no_data() -> None:
+    svg = render(Chart(title="t <x>", labels=[], series=[Series("s", [], "#000")]))
+    assert "no data" in svg
+    assert "t &lt;x&gt;" in svg

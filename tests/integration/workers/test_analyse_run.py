@@ -1,0 +1,190 @@
+"""workers.analyse_run on the toy target, tasks called directly: confirmation, bisection, kinds, resolution.
+
+Each suite run is the real subprocess on a real git checkout (profile ``smoke``); the analysis queues the
+confirmation and bisection runs, and the test plays the worker: it runs every queued run and analyses it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope
+from service.models import Alert, AlertKind, AlertState, Commit, CommitPolicy, Notification, Run, RunPurpose, RunStatus, Target
+from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SWAPPED_RESIDUAL, ToyRepo
+from tests.support.workers import clear_caches
+
+# The module, not its tasks (see test_tasks.py).
+from workers import tasks
+
+pytestmark = pytest.mark.usefixtures("worker_env")
+
+# Lossless but slower: a draft is accepted only when it equals an independent target sample.
+STRICT_ACCEPTANCE = '''"""Speculative sampling that accepts a draft only when an independent target sample agrees."""
+
+from workers.suite.mutants import strict_acceptance as speculative_sample
+
+__all__ = ["speculative_sample"]
+'''
+
+
+@pytest.fixture(autouse=True)
+def slack_configured(monkeypatch: pytest.MonkeyPatch, worker_env: dict[str, str]) -> None:
+    """Slack configured (nothing is sent here: the outbox rows are checked)."""
+    monkeypatch.setenv("SPECWATCH_SLACK_WEBHOOK_URL", "http://127.0.0.1:9/never-called")
+    monkeypatch.setenv("SPECWATCH_DASHBOARD_URL", "https://specwatch.example.com")
+    clear_caches()
+
+
+def record(factory: sessionmaker[Session], repo: ToyRepo, shas: list[str], tested: list[str]) -> tuple[dict[str, int], list[int]]:
+    """A head-policy target with ``shas`` on main in order; a queued smoke run for each of ``tested``."""
+    with session_scope(factory) as session:
+        target = Target(name="toy", repo_url=repo.url, adapter=ADAPTER, branches=["main"], commit_policy=CommitPolicy.head)
+        commits = {sha: Commit(target=target, sha=sha, branch="main", branch_order=i + 1) for i, sha in enumerate(shas)}
+        session.add_all(commits.values())
+        runs = [Run(commit=commits[sha], profile="smoke") for sha in tested]
+        session.add_all(runs)
+        session.flush()
+        return {sha: c.id for sha, c in commits.items()}, [r.id for r in runs]
+
+
+def drive(run_ids: list[int]) -> list[int]:
+    """Play the workers: run each queued run, analyse it, and do the same for the runs the analysis queued."""
+    pending, done = list(run_ids), []
+    while pending:
+        run_id = pending.pop(0)
+        assert tasks.run_suite(run_id)["status"] in {"passed", "failed", "error"}
+        report = tasks.analyse_run(run_id)
+        assert report["outcome"] == "analysed"
+        assert tasks.analyse_run(run_id)["reason"] == "already analysed"  # idempotent
+        pending.extend(report["queued"])
+        done.append(run_id)
+    return done
+
+
+def alerts(factory: sessionmaker[Session]) -> list[Alert]:
+    with factory() as session:
+        return list(session.scalars(select(Alert).order_by(Alert.id)))
+
+
+def slack_rows(factory: sessionmaker[Session]) -> list[Notification]:
+    with factory() as session:
+        return list(session.scalars(select(Notification).where(Notification.channel == "slack").order_by(Notification.id)))
+
+
+@pytest.mark.slow
+def test_bisection_names_commit_5_of_an_8_commit_push(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    base = toy_repo.commit(CORRECT, "base, tested earlier")
+    push = [toy_repo.commit(CORRECT if i < 5 else SWAPPED_RESIDUAL, f"commit {i}") for i in range(1, 9)]
+    commit_ids, (base_run, head_run) = record(factory, toy_repo, [base, *push], tested=[base, push[-1]])
+    drive([base_run])
+
+    extra = drive([head_run])[1:]  # the head's own run is not extra
+
+    assert len(extra) <= math.ceil(math.log2(8)) + 2
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.state, alert.confirmed) == (AlertKind.violation, AlertState.open, True)
+    assert alert.first_bad_commit_id == commit_ids[push[4]]  # commit 5
+    assert alert.last_good_commit_id == commit_ids[push[3]]
+    assert alert.bisection_runs == len(extra) - 1  # all but the confirmation
+    assert alert.detected_run_id == head_run
+    assert {c["case_id"] for c in alert.cases} <= {"direct/far_apart/V8/g1", "direct/far_apart/V8/g3"}
+    assert all(
+        (c["reason"] == "lossless" and c["confirmation_log_e_value"] is not None) or c["confirmation_verdict"] == "fail"
+        for c in alert.cases
+    )
+    with factory() as session:
+        purposes = [session.get_one(Run, run_id).purpose for run_id in extra]
+    assert purposes[0] is RunPurpose.confirmation
+    assert set(purposes[1:]) == {RunPurpose.bisection}
+    (message,) = slack_rows(factory)
+    assert (message.event, message.alert_id) == ("opened", alert.id)
+    print(
+        f"bisection: 8-commit push, first bad = commit 5 after {len(extra)} extra runs (1 confirmation + {alert.bisection_runs} bisection)"
+    )
+
+
+def test_a_lossless_but_slower_sampler_is_a_performance_regression(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    good = toy_repo.commit(CORRECT, "correct")
+    strict = toy_repo.commit(STRICT_ACCEPTANCE, "accept only what the target would sample")
+    commit_ids, run_ids = record(factory, toy_repo, [good, strict], tested=[good, strict])
+
+    drive(run_ids)
+
+    (alert,) = alerts(factory)
+    assert alert.kind is AlertKind.performance
+    assert alert.first_bad_commit_id == commit_ids[strict]
+    assert alert.confirmed
+    assert {c["reason"] for c in alert.cases} == {"conformance"}
+    for case in alert.cases:
+        assert case["acceptance_observed"] < case["acceptance_expected"]
+
+
+def test_a_broken_commit_is_its_own_kind_without_confirmation(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    good = toy_repo.commit(CORRECT, "correct")
+    broken = toy_repo.commit(BROKEN_IMPORT, "broken import")
+    commit_ids, run_ids = record(factory, toy_repo, [good, broken], tested=[good, broken])
+
+    assert drive(run_ids) == run_ids  # no confirmation run
+
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.first_bad_commit_id, alert.confirmed) == (AlertKind.broken, commit_ids[broken], False)
+    assert "could not test this commit" in alert.cases[0]["error"]
+
+
+def test_the_alert_resolves_when_a_later_commit_passes(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    good, bad, fixed = toy_repo.history()
+    commit_ids, run_ids = record(factory, toy_repo, [good, bad, fixed], tested=[good, bad, fixed])
+
+    drive(run_ids[:2])
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.state, alert.first_bad_commit_id) == (AlertKind.violation, AlertState.open, commit_ids[bad])
+    drive(run_ids[2:])
+
+    (alert,) = alerts(factory)
+    assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commit_ids[fixed])
+    assert [(n.event, n.alert_id) for n in slack_rows(factory)] == [("opened", alert.id), ("resolved", alert.id)]
+
+
+def test_without_confirmation_the_first_failing_run_alerts(
+    factory: sessionmaker[Session], toy_repo: ToyRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECWATCH_WORKER_CONFIRM_FAILURES", "false")
+    clear_caches()
+    good, bad, _ = toy_repo.history()
+    _, run_ids = record(factory, toy_repo, [good, bad], tested=[good, bad])
+
+    assert drive(run_ids) == run_ids
+
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.confirmed, alert.confirmation_run_id) == (AlertKind.violation, False, None)
+
+
+def test_an_unconfirmed_failure_raises_no_alert(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """A first run that failed by chance: its confirmation (fresh seeds) passes, so nobody is paged."""
+    good = toy_repo.commit(CORRECT, "correct")
+    _, (run_id,) = record(factory, toy_repo, [good], tested=[good])
+    tasks.run_suite(run_id)
+    with session_scope(factory) as session:  # make the stored first run look like a (false) rejection
+        run = session.get_one(Run, run_id)
+        run.status = RunStatus.failed
+        for case in run.case_results:
+            case.verdict, case.lossless = case.verdict.fail, False
+            case.log_e_value = math.log(case.threshold or 1.0) + 0.5
+
+    report = tasks.analyse_run(run_id)
+    drive(report["queued"])
+
+    assert alerts(factory) == []
+    with factory() as session:
+        confirmation = session.scalars(select(Run).where(Run.parent_run_id == run_id)).one()
+        assert confirmation.seed_attempt == 1
+        assert confirmation.analysis is not None
+        assert confirmation.analysis["confirmed"] == []
+        first = {c.case_id: c.seed for c in session.get_one(Run, run_id).case_results}
+        again = {c.case_id: c.seed for c in confirmation.case_results}
+        assert set(first) == set(again)
+        assert all(first[c] != again[c] for c in first)  # fresh seeds

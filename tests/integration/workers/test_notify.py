@@ -1,0 +1,173 @@
+"""The notification outbox against local stand-ins for Slack and GitHub: each message arrives exactly once.
+
+Slack answers 429 with Retry-After, then 500 for a while, then 200; the sender never sleeps: a fake clock
+moves to each row's next_attempt_at between passes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope
+from service.models import Alert, AlertKind, Commit, Notification, NotificationStatus, Run, RunStatus, Target
+from tests.support.http_fakes import block_kit_problems, fake_server
+from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
+
+SLACK_PATH = "/services/T000/B000/secret-part"
+TOKEN = "ghp_super-secret-token"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_alert(session: Session, cases: int) -> Alert:
+    target = Target(name="transformers", repo_url="https://github.com/huggingface/transformers", adapter="transformers", branches=["main"])
+    commit = Commit(target=target, sha="a" * 40, branch="main", branch_order=1)
+    entries = [
+        {
+            "case_id": f"e2e/assistant/case{i:04d}/" + "x" * 60,
+            "reason": "lossless",
+            "e_value": 1e9,
+            "log_e_value": 20.7,
+            "threshold": 1.2e5,
+            "tv_estimate": 0.05,
+            "acceptance_observed": 0.3,
+            "acceptance_expected": 0.31,
+        }
+        for i in range(cases)
+    ]
+    alert = Alert(target=target, branch="main", first_bad_commit=commit, kind=AlertKind.violation, cases=entries, confirmed=True)
+    alert.summary = "losslessness violation"
+    session.add(alert)
+    session.flush()
+    return alert
+
+
+def rows(factory: sessionmaker[Session]) -> list[Notification]:
+    with factory() as session:
+        return list(session.scalars(select(Notification).order_by(Notification.id)))
+
+
+def drain(factory: sessionmaker[Session], channels: Channels, clock: Clock, passes: int = 30) -> None:
+    """Deliver, then move the clock to the earliest next try; until nothing is due or left."""
+    for _ in range(passes):
+        deliver_due(factory, channels, now=clock, limit=10)
+        waiting = [r.next_attempt_at for r in rows(factory) if r.status != NotificationStatus.sent and r.next_attempt_at]
+        if not waiting:
+            return
+        clock.now = max(clock.now, min(waiting))
+
+
+def test_each_slack_message_arrives_exactly_once(
+    rolled_back_factory: sessionmaker[Session], clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = [(429, {"Retry-After": "7"})] + [(500, {})] * 3 + [(200, {})]
+    with fake_server(script, check_block_kit=True) as server:
+        channels = Channels(slack_webhook_url=server.url + SLACK_PATH, github_token=None, backoff_s=5, backoff_max_s=60)
+        with session_scope(rolled_back_factory) as session:
+            alert = make_alert(session, cases=1000)  # far more cases than 50 blocks of 3000 characters hold
+            assert queue_alert_message(session, NotifyConfig(slack=True), alert, "opened") == 1
+            assert queue_alert_message(session, NotifyConfig(slack=True), alert, "opened") == 0  # dedup key
+            queue_alert_message(session, NotifyConfig(slack=True), alert, "resolved")
+        caplog.set_level("DEBUG")
+
+        first = deliver_due(rolled_back_factory, channels, now=clock, limit=10)
+        assert first.deferred == [rows(rolled_back_factory)[0].id]  # 429 on the first message
+        (opened, _resolved) = rows(rolled_back_factory)
+        assert opened.status is NotificationStatus.pending
+        assert opened.next_attempt_at == clock.now + timedelta(seconds=7)  # Retry-After honoured, not slept
+        drain(rolled_back_factory, channels, clock)
+
+        delivered = [r for r in server.requests if r.status == 200]
+        assert len(delivered) == 2  # each message exactly once
+        assert [r.status for r in server.requests] == [429, 500, 500, 500, 200, 200]
+        assert all(r.path == SLACK_PATH for r in server.requests)
+        for request in delivered:
+            assert block_kit_problems(request.body) == []
+        (body,) = [r.body for r in delivered if not r.body["text"].startswith("Resolved")]
+        assert body["blocks"][0]["type"] == "header"
+        text = str(body)
+        assert "transformers" in text
+        assert "https://github.com/huggingface/transformers/commit/" + "a" * 40 in text
+        assert "e-value" in text
+        assert "TV" in text
+        assert "acceptance" in text
+        assert "confirmed by a second run" in text
+        assert "more cases on the dashboard" in text
+        assert sum(r.body["text"].startswith("Resolved") for r in delivered) == 1
+        assert all(r.status is NotificationStatus.sent for r in rows(rolled_back_factory))
+        assert sum(r.attempts for r in rows(rolled_back_factory)) == 6  # 429, 3 x 500 and 2 x 200 between them
+        again = deliver_due(rolled_back_factory, channels, now=clock, limit=10)
+        assert again.sent == []
+        assert len(server.requests) == 6
+    assert "secret-part" not in caplog.text
+    assert all("secret-part" not in (r.last_error or "") for r in rows(rolled_back_factory))
+
+
+def test_slack_down_keeps_the_message_and_backs_off(rolled_back_factory: sessionmaker[Session], clock: Clock) -> None:
+    channels = Channels(slack_webhook_url="http://127.0.0.1:9/services/unreachable", github_token=None, backoff_s=10, backoff_max_s=40)
+    with session_scope(rolled_back_factory) as session:
+        queue_alert_message(session, NotifyConfig(slack=True), make_alert(session, cases=1), "opened")
+    delays = []
+    for _ in range(4):
+        deliver_due(rolled_back_factory, channels, now=clock, limit=10)
+        (row,) = rows(rolled_back_factory)
+        assert row.status is NotificationStatus.failed
+        assert row.next_attempt_at is not None
+        delays.append((row.next_attempt_at - clock.now).total_seconds())
+        clock.now = row.next_attempt_at
+    assert delays == [10, 20, 40, 40]  # exponential, capped
+    assert "unreachable" not in (row.last_error or "")
+
+
+def test_github_commit_statuses(rolled_back_factory: sessionmaker[Session], clock: Clock) -> None:
+    with fake_server([(500, {}), (201, {})]) as github:
+        channels = Channels(slack_webhook_url=None, github_token=TOKEN, github_api_url=github.url, backoff_s=1)
+        config = NotifyConfig(github=True, dashboard_url="https://specwatch.example.com")
+        with session_scope(rolled_back_factory) as session:
+            target = Target(name="lib", repo_url="https://github.com/acme/lib.git", adapter="x", branches=["main"])
+            run = Run(commit=Commit(target=target, sha="b" * 40, branch="main", branch_order=1), profile="quick", status=RunStatus.failed)
+            session.add(run)
+            session.flush()
+            assert queue_commit_status(session, config, run, "pending") == 1
+            assert queue_commit_status(session, config, run, "failure") == 1
+            run_id = run.id
+        drain(rolled_back_factory, channels, clock)
+
+    assert [(r.status, r.body["state"] if r.body else None) for r in github.requests] == [
+        (500, "failure"),
+        (201, "failure"),
+    ]  # the stale pending is never posted
+    request = github.requests[-1]
+    assert request.path == "/repos/acme/lib/statuses/" + "b" * 40
+    assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert request.body["target_url"] == f"https://specwatch.example.com/ui/runs/{run_id}"
+    assert request.body["context"] == "specwatch/quick"
+    pending, failure = rows(rolled_back_factory)
+    assert (pending.status, pending.last_error) == (NotificationStatus.failed, "superseded by a newer commit status")
+    assert failure.status is NotificationStatus.sent
+    assert all(TOKEN not in (r.last_error or "") for r in rows(rolled_back_factory))
+
+
+def test_no_commit_status_without_a_token_or_for_other_hosts(rolled_back_factory: sessionmaker[Session]) -> None:
+    with session_scope(rolled_back_factory) as session:
+        target = Target(name="lib2", repo_url="/srv/git/lib", adapter="x", branches=["main"])
+        run = Run(commit=Commit(target=target, sha="c" * 40, branch="main", branch_order=1), profile="quick")
+        session.add(run)
+        session.flush()
+        assert queue_commit_status(session, NotifyConfig(github=True), run, "pending") == 0
+        assert queue_commit_status(session, NotifyConfig(github=False), run, "pending") == 0

@@ -1,0 +1,30 @@
+"""Run classification and case gamma (workers.analysis)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.analysis import CaseOutcome, Kind, case_gamma, classify
+
+LOSSY = CaseOutcome("direct/a/V8/g1", "fail", lossless=False, conformance=False)
+SLOWER = CaseOutcome("direct/b/V8/g3", "fail", lossless=True, conformance=False)
+FINE = CaseOutcome("direct/c/V8/g3", "pass", lossless=True, conformance=True)
+
+
+@pytest.mark.parametrize(
+    ("status", "cases", "expected"),
+    [
+        ("passed", [FINE], (None, [])),
+        ("failed", [FINE, SLOWER], (Kind.PERFORMANCE, ["direct/b/V8/g3"])),
+        ("failed", [LOSSY, SLOWER], (Kind.VIOLATION, ["direct/a/V8/g1"])),
+        ("error", [LOSSY], (Kind.BROKEN, [])),  # a broken commit is never a violation
+        ("error", [], (Kind.BROKEN, [])),
+    ],
+)
+def test_classify(status: str, cases: list[CaseOutcome], expected: tuple[Kind | None, list[str]]) -> None:
+    assert classify(status, cases) == expected
+
+
+@pytest.mark.parametrize(("case_id", "gamma"), [("direct/far_apart/V8/g3", 3), ("e2e/x/g12/topk", 12), ("control/plain", None)])
+def test_case_gamma(case_id: str, gamma: int | None) -> None:
+    assert case_gamma(case_id) == gamma

@@ -1,0 +1,404 @@
+"""The notification outbox: Slack messages (Block Kit) and GitHub commit statuses, written now, sent later.
+
+Writers (:func:`queue_alert_message`, :func:`queue_commit_status`) add a ``notifications`` row in the caller's
+transaction, with the whole payload and a unique ``dedup_key``; nothing is sent there. The sender
+(:func:`deliver_due`, the task ``workers.deliver_notifications``) takes one due row at a time under
+``SELECT .. FOR UPDATE SKIP LOCKED`` (two senders never send the same row), sends it and records the result
+in the same short transaction:
+
+- 2xx: ``sent``;
+- HTTP 429: still ``pending``, next try after ``Retry-After`` (never slept on in the task);
+- 5xx or a network error: ``failed``, next try after an exponential backoff capped at ``backoff_max_s``;
+  after ``max_attempts`` tries ``next_attempt_at`` is cleared (given up, visible in the table);
+- another 4xx (bad payload, revoked hook): ``failed`` with no next try (retrying cannot help).
+
+Secrets (the Slack webhook URL, the GitHub token) are read from settings when sending, never stored in a
+payload, never logged: error texts are scrubbed of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from slack_sdk.webhook import WebhookClient
+from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope
+from service.ingest import release_version
+from service.models import Alert, AlertKind, Commit, Notification, NotificationChannel, NotificationStatus, Run, Target
+
+log = logging.getLogger(__name__)
+# slack_sdk logs the webhook URL at DEBUG: its logger never goes below WARNING.
+_slack_log = logging.getLogger("specwatch.slack")
+_slack_log.setLevel(logging.WARNING)
+
+# Block Kit limits (https://api.slack.com/reference/block-kit/blocks).
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_HEADER_TEXT = 150
+MAX_FALLBACK_TEXT = 3000
+KIND_TITLES = {
+    AlertKind.violation: "Losslessness violation",
+    AlertKind.performance: "Performance regression",
+    AlertKind.broken: "Broken commit",
+}
+_GITHUB_REPO = re.compile(r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """Which channels are configured, and where links point (no secrets here)."""
+
+    slack: bool = False
+    github: bool = False
+    dashboard_url: str = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class Channels:
+    """What sending needs: the secrets and the limits."""
+
+    slack_webhook_url: str | None
+    github_token: str | None
+    github_api_url: str = "https://api.github.com"
+    timeout_s: float = 10
+    backoff_s: float = 30
+    backoff_max_s: float = 3600
+    max_attempts: int = 25
+
+    def scrub(self, text: str) -> str:
+        """Remove the secrets, and the Slack URL's path on its own (the path is the secret part and an
+        error body may echo it without the host)."""
+        secrets = [self.slack_webhook_url, self.github_token]
+        if self.slack_webhook_url:
+            path = urlsplit(self.slack_webhook_url).path
+            secrets += [path, path.lstrip("/")] if len(path.strip("/")) >= 8 else []
+        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+            text = text.replace(secret, "[secret]")
+        return text
+
+
+def github_repo(repo_url: str) -> str | None:
+    """``owner/name`` of a GitHub repository URL, else None."""
+    match = _GITHUB_REPO.match(repo_url.strip())
+    return match.group("repo") if match else None
+
+
+def commit_url(target: Target, commit: Commit) -> str | None:
+    version = release_version(commit.sha)
+    if version is not None:
+        return f"https://pypi.org/project/{target.name}/{version}/"
+    repo = github_repo(target.repo_url)
+    return f"https://github.com/{repo}/commit/{commit.sha}" if repo else None
+
+
+def _add(session: Session, row: Notification) -> int:
+    if session.scalars(select(Notification.id).where(Notification.dedup_key == row.dedup_key)).first() is not None:
+        return 0
+    session.add(row)
+    session.flush()
+    return 1
+
+
+# ----------------------------------------------------------------------------------------------- Slack
+def _fmt(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, int | float) else "—"
+
+
+def _case_line(entry: dict[str, Any]) -> str:
+    if entry.get("reason") == "broken":
+        return f"*suite error*: {entry.get('error') or 'the suite could not run'}"[:MAX_SECTION_TEXT]
+    e_value = (
+        "∞ (impossible observation)"
+        if entry.get("log_e_value") is None and entry.get("reason") != "drift"
+        else _fmt(entry.get("e_value"), ".3g")
+    )
+    line = (
+        f"• `{entry['case_id']}` ({entry.get('reason')}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
+        f"TV {_fmt(entry.get('tv_estimate'), '.4f')}, acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
+        f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
+    )
+    if entry.get("reason") == "drift":
+        line += f", baseline {_fmt(entry.get('baseline_mean'), '.3f')}"
+    return line
+
+
+def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
+    """Lines packed into at most ``budget`` sections of at most MAX_SECTION_TEXT characters; the rest is counted."""
+    blocks: list[dict[str, Any]] = []
+    current = ""
+    shown = 0
+    for full in lines:
+        line = full[: MAX_SECTION_TEXT - 1]
+        if current and len(current) + 1 + len(line) > MAX_SECTION_TEXT:
+            if len(blocks) == budget - 1:
+                break
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": current}})
+            current = ""
+        current = f"{current}\n{line}" if current else line
+        shown += 1
+    if current:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": current}})
+    if shown < len(lines):
+        blocks.append(
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"… and {len(lines) - shown} more cases on the dashboard"}]}
+        )
+    return blocks
+
+
+def slack_message(alert: Alert, event: str, dashboard_url: str) -> dict[str, Any]:
+    """The Block Kit message (and its text fallback) of an alert being opened or resolved."""
+    target, commit = alert.target, alert.first_bad_commit
+    kind = {
+        AlertKind.violation: "Losslessness violation",
+        AlertKind.performance: "Performance regression",
+        AlertKind.broken: "Broken commit",
+    }[alert.kind]
+    verb = "Resolved" if event == "resolved" else ""
+    header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
+    link = commit_url(target, commit)
+    sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
+    commit_text = f"<{link}|`{sha}`>" if link else f"`{sha}`"
+    dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
+    if alert.kind is AlertKind.broken:
+        confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.confirmed:
+        confirmation = "confirmed by a second run with fresh seeds (e-values multiplied)"
+    elif any(e.get("reason") == "drift" for e in alert.cases):
+        confirmation = "acceptance drift against the recent passing baseline (Hoeffding-calibrated)"
+    else:
+        confirmation = "not confirmed (confirmation runs are off)"
+    first_bad = f"*First bad commit:* {commit_text}"
+    if alert.bisection_runs:
+        first_bad += f" (bisection: {alert.bisection_runs} runs)"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Target:*\n{target.name}"[:2000]},
+                {"type": "mrkdwn", "text": f"*Branch:*\n{alert.branch}"[:2000]},
+            ],
+        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": first_bad[:MAX_SECTION_TEXT]}},
+    ]
+    if event == "resolved":
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
+    else:
+        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50.
+        blocks.extend(_sections([_case_line(e) for e in alert.cases], MAX_BLOCKS - 6))
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Confirmation:* {confirmation}"}]})
+    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{dashboard}|Open on the dashboard>"}})
+    text = f"{header}: {alert.summary or ''} — first bad commit {sha}; {dashboard}"[:MAX_FALLBACK_TEXT]
+    return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
+
+
+def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str) -> int:
+    """An outbox row for Slack about ``alert`` (``opened`` or ``resolved``); 0 when Slack is not configured."""
+    if not config.slack:
+        return 0
+    row = Notification(
+        dedup_key=f"alert:{alert.id}:{event}:slack",
+        alert_id=alert.id,
+        channel=NotificationChannel.slack,
+        event=event,
+        payload=slack_message(alert, event, config.dashboard_url),
+        status=NotificationStatus.pending,
+    )
+    return _add(session, row)
+
+
+# ---------------------------------------------------------------------------------------------- GitHub
+def queue_commit_status(session: Session, config: NotifyConfig, run: Run, state: str) -> int:
+    """An outbox row for a GitHub commit status (pending, success, failure, error) of ``run``; 0 if not applicable."""
+    commit = run.commit
+    repo = github_repo(commit.target.repo_url)
+    if not config.github or repo is None or release_version(commit.sha) is not None:
+        return 0
+    description = {
+        "pending": f"specwatch: {run.profile} run queued",
+        "success": f"specwatch: {run.profile} run passed",
+        "failure": f"specwatch: {run.profile} run failed (a distribution test rejected)",
+        "error": f"specwatch: {run.profile} run could not test this commit",
+    }[state]
+    row = Notification(
+        dedup_key=f"status:run:{run.id}:{state}",
+        run_id=run.id,
+        channel=NotificationChannel.github,
+        event=state,
+        payload={
+            "repo": repo,
+            "sha": commit.sha,
+            "state": state,
+            "target_url": f"{config.dashboard_url.rstrip('/')}/ui/runs/{run.id}",
+            "description": description[:140],
+            "context": f"specwatch/{run.profile}",
+        },
+        status=NotificationStatus.pending,
+    )
+    return _add(session, row)
+
+
+# ---------------------------------------------------------------------------------------------- sending
+@dataclass(frozen=True)
+class Sent:
+    ok: bool
+    retry_after_s: float | None = None  # a 429
+    retryable: bool = True  # a 5xx or a network error (False: a 4xx that retrying cannot fix)
+    error: str | None = None
+
+
+def _retry_after(headers: Any) -> float:
+    for name in ("Retry-After", "retry-after"):
+        value = headers.get(name) if headers is not None else None
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                break
+    return 1.0
+
+
+def send_slack(payload: dict[str, Any], channels: Channels) -> Sent:
+    if not channels.slack_webhook_url:
+        return Sent(False, retryable=False, error="Slack is not configured (SPECWATCH_SLACK_WEBHOOK_URL)")
+    client = WebhookClient(channels.slack_webhook_url, timeout=max(1, int(channels.timeout_s)), logger=_slack_log, retry_handlers=[])
+    try:
+        response = client.send(text=payload.get("text"), blocks=payload.get("blocks"))
+    except OSError as exc:  # urllib's URLError, timeouts, refused connections
+        return Sent(False, error=channels.scrub(f"{type(exc).__name__}: {exc}"))
+    if 200 <= response.status_code < 300:
+        return Sent(True)
+    error = channels.scrub(f"HTTP {response.status_code}: {str(response.body)[:300]}")
+    if response.status_code == 429:
+        return Sent(False, retry_after_s=_retry_after(response.headers), error=error)
+    return Sent(False, retryable=response.status_code >= 500, error=error)
+
+
+def send_github(payload: dict[str, Any], channels: Channels) -> Sent:
+    if not channels.github_token:
+        return Sent(False, retryable=False, error="GitHub is not configured (SPECWATCH_GITHUB_TOKEN)")
+    url = f"{channels.github_api_url.rstrip('/')}/repos/{payload['repo']}/statuses/{payload['sha']}"
+    body = {key: payload[key] for key in ("state", "target_url", "description", "context")}
+    headers = {
+        "Authorization": f"Bearer {channels.github_token}",
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+    }
+    try:
+        response = httpx.post(url, json=body, headers=headers, timeout=channels.timeout_s)
+    except httpx.HTTPError as exc:
+        return Sent(False, error=channels.scrub(f"{type(exc).__name__}: {exc}"))
+    if response.is_success:
+        return Sent(True)
+    error = channels.scrub(f"HTTP {response.status_code}: {response.text[:300]}")
+    limited = response.status_code == 429 or (response.status_code == 403 and "retry-after" in response.headers)
+    if limited:
+        return Sent(False, retry_after_s=_retry_after(response.headers), error=error)
+    return Sent(False, retryable=response.status_code >= 500, error=error)
+
+
+SENDERS: dict[NotificationChannel, Callable[[dict[str, Any], Channels], Sent]] = {
+    NotificationChannel.slack: send_slack,
+    NotificationChannel.github: send_github,
+}
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    sent: list[int]
+    deferred: list[int]  # 429: pending until Retry-After
+    failed: list[int]  # will be retried
+    given_up: list[int]
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return {"sent": self.sent, "deferred": self.deferred, "failed": self.failed, "given_up": self.given_up}
+
+
+def _due(now: datetime) -> ColumnElement[bool]:
+    """Pending rows not deferred past ``now``, and failed rows whose retry is due (a given-up row has none)."""
+    return or_(
+        and_(
+            Notification.status == NotificationStatus.pending,
+            or_(Notification.next_attempt_at.is_(None), Notification.next_attempt_at <= now),
+        ),
+        and_(Notification.status == NotificationStatus.failed, Notification.next_attempt_at <= now),
+    )
+
+
+def _superseded(session: Session, row: Notification) -> bool:
+    """A commit status with a newer one for the same run (GitHub keeps the last one posted)."""
+    if row.channel is not NotificationChannel.github or row.run_id is None:
+        return False
+    newer = select(Notification.id).where(
+        Notification.channel == NotificationChannel.github, Notification.run_id == row.run_id, Notification.id > row.id
+    )
+    return session.scalars(newer.limit(1)).first() is not None
+
+
+def deliver_due(factory: sessionmaker[Session], channels: Channels, *, now: Callable[[], datetime], limit: int) -> DeliveryReport:
+    """Send up to ``limit`` due notifications, oldest first, one transaction per row (see the module docstring)."""
+    sent: list[int] = []
+    deferred: list[int] = []
+    failed: list[int] = []
+    given_up: list[int] = []
+    skipped: set[int] = set()
+    for _ in range(limit):
+        with session_scope(factory) as session:
+            moment = now()
+            row = session.scalars(
+                select(Notification)
+                .where(_due(moment), Notification.id.not_in(skipped) if skipped else Notification.id.is_not(None))
+                .order_by(Notification.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).first()
+            if row is None:
+                break
+            skipped.add(row.id)
+            if _superseded(session, row):  # a stale pending must never overwrite a newer failure
+                row.status, row.next_attempt_at, row.last_error = NotificationStatus.failed, None, "superseded by a newer commit status"
+                given_up.append(row.id)
+                continue
+            result = SENDERS[row.channel](row.payload, channels)
+            row.attempts += 1
+            if result.ok:
+                row.status = NotificationStatus.sent
+                row.sent_at = moment
+                row.next_attempt_at = None
+                row.last_error = None
+                sent.append(row.id)
+            elif result.retry_after_s is not None:
+                row.status = NotificationStatus.pending
+                row.next_attempt_at = moment + timedelta(seconds=result.retry_after_s)
+                row.last_error = result.error
+                deferred.append(row.id)
+            else:
+                row.status = NotificationStatus.failed
+                row.last_error = result.error
+                if result.retryable and row.attempts < channels.max_attempts:
+                    delay = min(channels.backoff_s * 2 ** (row.attempts - 1), channels.backoff_max_s)
+                    row.next_attempt_at = moment + timedelta(seconds=delay)
+                    failed.append(row.id)
+                else:
+                    row.next_attempt_at = None
+                    given_up.append(row.id)
+            log.info(
+                "notification_delivery id=%s channel=%s event=%s status=%s attempts=%s next=%s error=%s",
+                row.id,
+                row.channel.value,
+                row.event,
+                row.status.value,
+                row.attempts,
+                row.next_attempt_at,
+                row.last_error,
+            )
+    return DeliveryReport(sent=sent, deferred=deferred, failed=failed, given_up=given_up)
