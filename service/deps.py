@@ -35,6 +35,11 @@ def request_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def app_session_factory(request: Request) -> sessionmaker[Session]:
+    return cast(sessionmaker[Session], request.app.state.session_factory)
+
+
+SessionFactoryDep = Annotated[sessionmaker[Session], Depends(app_session_factory)]
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 ProducerDep = Annotated[Producer, Depends(app_producer)]
 SessionDep = Annotated[Session, Depends(request_session, scope="function")]

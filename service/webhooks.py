@@ -33,7 +33,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.deps import ProducerDep, SessionDep, SettingsDep, app_settings
+from service.db import session_scope
+from service.deps import ProducerDep, SessionFactoryDep, SettingsDep, app_settings
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.queue import enqueue_runs
@@ -355,7 +356,7 @@ def github_webhook(
     request: Request,
     response: Response,
     body: Annotated[bytes, Depends(read_limited_body)],
-    session: SessionDep,
+    sessions: SessionFactoryDep,
     settings: SettingsDep,
     producer: ProducerDep,
     background: BackgroundTasks,
@@ -371,7 +372,11 @@ def github_webhook(
     try:
         payload = parse_payload(body, request.headers.get("content-type"))
         options = RunOptions(profile=settings.run_profile, queued_lease=timedelta(seconds=settings.queued_lease_s))
-        result = ingest(session, delivery_id=delivery_id, event=event, payload=payload, options=options)
+        # The unit of work commits here, in the thread that took the target's row lock: a commit left to
+        # a dependency's teardown needs another worker thread, and under load every thread can be
+        # waiting for that same lock (a convoy that never drains).
+        with session_scope(sessions) as session:
+            result = ingest(session, delivery_id=delivery_id, event=event, payload=payload, options=options)
     except PayloadError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     log.info(
@@ -384,7 +389,7 @@ def github_webhook(
         result.reason,
     )
     if result.run_ids:
-        # Runs after the response, so after the request's transaction committed (see service.deps).
+        # Runs after the response, so after the transaction above committed.
         background.add_task(enqueue_runs, producer, result.run_ids)
     if event == "ping":
         response.status_code = status.HTTP_200_OK
