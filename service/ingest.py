@@ -8,9 +8,12 @@ commit; the caller's unit of work commits and then enqueues the returned run ids
 (:func:`service.queue.enqueue_runs`). Callers lock the target first (:func:`lock_targets`), so pushes and
 polls of one target are serialised and branch order is assigned once per commit.
 
-Releases are commits too: ``release:<version>`` (:func:`release_sha`), on no branch (``branch`` is
-``None``), ordered by version (:func:`order_releases`), tested by installing that version from the package
-index (the target's ``install_mode`` is ``pip``; its name is the package's name).
+Releases are commits too: ``release:<version>`` (:func:`service.releases.release_sha`), on no branch
+(``branch`` is ``None``), ordered by version (:func:`order_releases`), tested by installing that version
+from the package index (the target's ``install_mode`` is ``pip``; its name is the package's name).
+
+When GitHub statuses are configured (``RunOptions.status_dashboard_url``), queueing a run also writes the
+commit's ``pending`` status to the notification outbox, in the same transaction (:mod:`service.commit_status`).
 """
 
 from __future__ import annotations
@@ -22,19 +25,29 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Commit, CommitPolicy, Run, RunStatus, Target
-
-RELEASE_PREFIX = "release:"
-# The sha column holds 64 characters: the prefix and the version must fit.
-RELEASE_VERSION_MAX = 64 - len(RELEASE_PREFIX)
+from service.commit_status import queue_status
+from service.models import Commit, CommitPolicy, Run, RunPurpose, RunStatus, Target
+from service.releases import release_sha
+from service.settings import Settings
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How new runs are made: the suite profile, and the lease after which the sweeper re-enqueues them."""
+    """How new runs are made: the suite profile, the lease after which the sweeper re-enqueues them, and
+    where GitHub statuses link to (None: no statuses are written)."""
 
     profile: str
     queued_lease: timedelta
+    status_dashboard_url: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunOptions:
+        token = settings.github_token
+        return cls(
+            profile=settings.run_profile,
+            queued_lease=timedelta(seconds=settings.queued_lease_s),
+            status_dashboard_url=settings.dashboard_url if token is not None and token.get_secret_value() else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -98,17 +111,23 @@ def record_commits(session: Session, target: Target, branch: str | None, commits
 
 
 def queue_runs(session: Session, commits: Iterable[Commit], options: RunOptions) -> list[int]:
-    """A ``queued`` run of ``options.profile`` for each commit that has none yet; the new runs' ids, in order."""
-    commit_ids = list(dict.fromkeys(c.id for c in commits))
-    tested = set(session.scalars(select(Run.commit_id).where(Run.commit_id.in_(commit_ids), Run.profile == options.profile)))
+    """A ``queued`` run of ``options.profile`` for each commit that has none yet; the new runs' ids, in order.
+
+    With ``options.status_dashboard_url`` set, each new run's ``pending`` GitHub status goes to the outbox too.
+    """
+    by_id = {c.id: c for c in commits}
+    tested = set(session.scalars(select(Run.commit_id).where(Run.commit_id.in_(list(by_id)), Run.profile == options.profile)))
     lease = datetime.now(UTC) + options.queued_lease
     runs = [
-        Run(commit_id=commit_id, profile=options.profile, status=RunStatus.queued, lease_expires_at=lease)
-        for commit_id in commit_ids
+        Run(commit=commit, profile=options.profile, status=RunStatus.queued, purpose=RunPurpose.primary, lease_expires_at=lease)
+        for commit_id, commit in by_id.items()
         if commit_id not in tested
     ]
     session.add_all(runs)
     session.flush()
+    if options.status_dashboard_url is not None:
+        for run in runs:
+            queue_status(session, run, run.commit, "pending", options.status_dashboard_url)
     return [run.id for run in runs]
 
 
@@ -127,24 +146,6 @@ def record_and_queue(
 
 
 # --- releases ------------------------------------------------------------------------------------------
-
-
-def release_sha(version: str) -> str:
-    """The commit id of a release: ``release:4.46.3``."""
-    return RELEASE_PREFIX + version
-
-
-def release_version(sha: str) -> str | None:
-    """The version of a release commit id (``release:4.46.3`` → ``4.46.3``); ``None`` for a git commit."""
-    return sha.removeprefix(RELEASE_PREFIX) if sha.startswith(RELEASE_PREFIX) else None
-
-
-def pip_requirement(package: str, sha: str) -> str:
-    """What the suite installs for a release commit of ``package``: ``package==version``."""
-    version = release_version(sha)
-    if version is None:
-        raise ValueError(f"{sha!r} is not a release (expected {RELEASE_PREFIX}VERSION)")
-    return f"{package}=={version}"
 
 
 def order_releases(session: Session, target: Target, ordered_versions: Sequence[str]) -> None:

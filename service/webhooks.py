@@ -22,7 +22,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
@@ -371,7 +371,7 @@ def github_webhook(
     delivery_id = _required_header(request, DELIVERY_HEADER, DELIVERY_ID_MAX)
     try:
         payload = parse_payload(body, request.headers.get("content-type"))
-        options = RunOptions(profile=settings.run_profile, queued_lease=timedelta(seconds=settings.queued_lease_s))
+        options = RunOptions.from_settings(settings)
         # The unit of work commits here, in the thread that took the target's row lock: a commit left to
         # a dependency's teardown needs another worker thread, and under load every thread can be
         # waiting for that same lock (a convoy that never drains).

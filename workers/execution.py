@@ -40,10 +40,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.ingest import pip_requirement, release_version
-from service.models import InstallMode, Run, RunStatus
+from service.models import InstallMode, RunStatus
+from service.releases import pip_requirement, release_version
 from workers.checkout import CheckoutError, MirrorCache
-from workers.notify import NotifyConfig, queue_commit_status
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
@@ -123,9 +122,7 @@ class AttemptResult:
     reason: str | None = None
 
 
-def execute_run(
-    run_id: int, *, factory: sessionmaker[Session], settings: WorkerSettings, notify: NotifyConfig | None = None
-) -> AttemptResult:
+def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: WorkerSettings) -> AttemptResult:
     """Claim run ``run_id`` and execute one attempt of it; idempotent (a finished or held run is left alone).
 
     Infrastructure errors (database) propagate for the task to retry; everything the commit or the suite
@@ -134,8 +131,6 @@ def execute_run(
     worker = worker_identity()
     with session_scope(factory) as session:
         claim = claim_run(session, run_id, worker=worker, now=utcnow(), lease_s=settings.lease_s)
-        if not isinstance(claim, Skipped) and notify is not None:  # GitHub commit status: pending (outbox)
-            queue_commit_status(session, notify, session.get_one(Run, run_id), "pending")
     if isinstance(claim, Skipped):
         log.info("run_skipped run_id=%s reason=%s", run_id, claim.reason)
         return AttemptResult(run_id, "skipped", claim.reason)

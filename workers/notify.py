@@ -19,7 +19,6 @@ payload, never logged: error texts are scrubbed of them.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,9 +30,10 @@ from slack_sdk.webhook import WebhookClient
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
-from service.ingest import release_version
-from service.models import Alert, AlertKind, Commit, Notification, NotificationChannel, NotificationStatus, Run, Target
+from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
+from service.releases import release_version
 
 log = logging.getLogger(__name__)
 # slack_sdk logs the webhook URL at DEBUG: its logger never goes below WARNING.
@@ -50,7 +50,6 @@ KIND_TITLES = {
     AlertKind.performance: "Performance regression",
     AlertKind.broken: "Broken commit",
 }
-_GITHUB_REPO = re.compile(r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 
 
 @dataclass(frozen=True)
@@ -84,28 +83,6 @@ class Channels:
         for secret in sorted((s for s in secrets if s), key=len, reverse=True):
             text = text.replace(secret, "[secret]")
         return text
-
-
-def github_repo(repo_url: str) -> str | None:
-    """``owner/name`` of a GitHub repository URL, else None."""
-    match = _GITHUB_REPO.match(repo_url.strip())
-    return match.group("repo") if match else None
-
-
-def commit_url(target: Target, commit: Commit) -> str | None:
-    version = release_version(commit.sha)
-    if version is not None:
-        return f"https://pypi.org/project/{target.name}/{version}/"
-    repo = github_repo(target.repo_url)
-    return f"https://github.com/{repo}/commit/{commit.sha}" if repo else None
-
-
-def _add(session: Session, row: Notification) -> int:
-    if session.scalars(select(Notification.id).where(Notification.dedup_key == row.dedup_key)).first() is not None:
-        return 0
-    session.add(row)
-    session.flush()
-    return 1
 
 
 # ----------------------------------------------------------------------------------------------- Slack
@@ -213,38 +190,15 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
         payload=slack_message(alert, event, config.dashboard_url),
         status=NotificationStatus.pending,
     )
-    return _add(session, row)
+    return add_notification(session, row)
 
 
 # ---------------------------------------------------------------------------------------------- GitHub
 def queue_commit_status(session: Session, config: NotifyConfig, run: Run, state: str) -> int:
-    """An outbox row for a GitHub commit status (pending, success, failure, error) of ``run``; 0 if not applicable."""
-    commit = run.commit
-    repo = github_repo(commit.target.repo_url)
-    if not config.github or repo is None or release_version(commit.sha) is not None:
+    """An outbox row for the GitHub commit status ``state`` of primary run ``run``; 0 if not applicable."""
+    if not config.github:
         return 0
-    description = {
-        "pending": f"specwatch: {run.profile} run queued",
-        "success": f"specwatch: {run.profile} run passed",
-        "failure": f"specwatch: {run.profile} run failed (a distribution test rejected)",
-        "error": f"specwatch: {run.profile} run could not test this commit",
-    }[state]
-    row = Notification(
-        dedup_key=f"status:run:{run.id}:{state}",
-        run_id=run.id,
-        channel=NotificationChannel.github,
-        event=state,
-        payload={
-            "repo": repo,
-            "sha": commit.sha,
-            "state": state,
-            "target_url": f"{config.dashboard_url.rstrip('/')}/ui/runs/{run.id}",
-            "description": description[:140],
-            "context": f"specwatch/{run.profile}",
-        },
-        status=NotificationStatus.pending,
-    )
-    return _add(session, row)
+    return queue_status(session, run, run.commit, state, config.dashboard_url)
 
 
 # ---------------------------------------------------------------------------------------------- sending

@@ -44,8 +44,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.ingest import (
-    RELEASE_PREFIX,
-    RELEASE_VERSION_MAX,
     NewCommit,
     Recorded,
     RunOptions,
@@ -54,10 +52,9 @@ from service.ingest import (
     queue_runs,
     record_and_queue,
     record_commits,
-    release_sha,
-    release_version,
 )
 from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, Target
+from service.releases import RELEASE_PREFIX, RELEASE_VERSION_MAX, release_sha, release_version
 from workers.checkout import CheckoutError, GitCommit, MirrorCache, ls_remote
 
 log = logging.getLogger(__name__)

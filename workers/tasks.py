@@ -55,9 +55,7 @@ _PUBLISH_RETRY_POLICY: dict[str, Any] = {"max_retries": 2, "interval_start": 0, 
 )
 def run_suite(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
     """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker)."""
-    worker = get_worker_settings()
-    notify = analysis_config(get_settings(), worker).notify
-    result = execute_run(run_id, factory=session_factory(), settings=worker, notify=notify)
+    result = execute_run(run_id, factory=session_factory(), settings=get_worker_settings())
     if result.status in FINISHED_STATUSES:  # stored and committed: analyse it
         _publish(analyse_run, run_id)
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
@@ -174,10 +172,6 @@ def _enqueue(run_ids: list[int]) -> None:
     enqueue_runs(TaskProducer(), run_ids)
 
 
-def _run_options(settings: Settings) -> RunOptions:
-    return RunOptions(profile=settings.run_profile, queued_lease=timedelta(seconds=settings.queued_lease_s))
-
-
 @app.task(name=POLL_BRANCHES, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
 def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
     """Poll the watched branches of the due source targets (``git ls-remote``); queue runs for new commits."""
@@ -185,7 +179,7 @@ def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
     report = pollers.poll_branches(
         session_factory(),
         mirrors=MirrorCache(worker.mirror_dir, git_timeout_s=worker.git_timeout_s),
-        options=_run_options(get_settings()),
+        options=RunOptions.from_settings(get_settings()),
         enqueue=_enqueue,
         timeout_s=worker.poll_timeout_s,
     )
@@ -201,7 +195,7 @@ def poll_releases(self: Task[Any, Any]) -> dict[str, Any]:
     report = pollers.poll_releases(
         session_factory(),
         index_url=worker.pypi_url,
-        options=_run_options(get_settings()),
+        options=RunOptions.from_settings(get_settings()),
         enqueue=_enqueue,
         timeout_s=worker.poll_timeout_s,
         release_interval_s=worker.release_poll_interval_s,

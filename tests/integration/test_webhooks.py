@@ -28,7 +28,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.db import make_engine, session_scope
-from service.models import Commit, CommitPolicy, Delivery, DeliveryStatus, InstallMode, Run, RunStatus
+from service.models import (
+    Commit,
+    CommitPolicy,
+    Delivery,
+    DeliveryStatus,
+    InstallMode,
+    Notification,
+    NotificationChannel,
+    NotificationStatus,
+    Run,
+    RunStatus,
+)
 from service.queue import RUN_SUITE_TASK, SUITE_QUEUE, CeleryProducer
 from service.settings import Settings
 from service.targets import add_target, make_spec
@@ -385,6 +396,34 @@ def test_policy_every_queues_a_run_per_commit_in_branch_order(hook: Hook) -> Non
     by_id = {c.id: c.sha for c in hook.commits()}
     assert [by_id[r.commit_id] for r in runs] == shas
     assert hook.producer.sent == [r.id for r in runs]
+
+
+def test_with_a_github_token_each_queued_run_gets_a_pending_status_in_the_outbox(rolled_back_factory: sessionmaker[Session]) -> None:
+    token = SecretStr("ghp_test-token")
+    with make_hook(rolled_back_factory, RecordingProducer(), github_token=token, dashboard_url="https://sw.example.com/") as hook:
+        hook.add_target(policy=CommitPolicy.every)
+        shas = [sha(), sha()]
+        payload = push(commits=[commit(s, f"change {i}") for i, s in enumerate(shas)])
+        assert hook.post(payload, delivery="d-1").status_code == 202
+        assert hook.post(payload, delivery="d-1").json()["outcome"] == "duplicate"
+
+        runs = hook.runs()
+        with session_scope(rolled_back_factory) as session:
+            rows = list(session.scalars(select(Notification).order_by(Notification.id)))
+        assert [(r.channel, r.event, r.status, r.run_id) for r in rows] == [
+            (NotificationChannel.github, "pending", NotificationStatus.pending, run.id) for run in runs
+        ]
+        assert [r.payload["sha"] for r in rows] == shas
+        assert {r.payload["repo"] for r in rows} == {"octo-org/toy-sampler"}
+        assert [r.payload["target_url"] for r in rows] == [f"https://sw.example.com/ui/runs/{run.id}" for run in runs]
+        assert all("ghp_" not in json.dumps(r.payload) for r in rows)
+
+
+def test_without_a_github_token_no_status_is_written(hook: Hook) -> None:
+    hook.add_target()
+    assert hook.post(push(commits=[commit(sha(), "change")])).status_code == 202
+    assert len(hook.runs()) == 1
+    assert hook.count(Notification) == 0
 
 
 def test_a_redelivery_is_a_no_op(hook: Hook) -> None:

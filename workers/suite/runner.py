@@ -90,6 +90,33 @@ def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
     return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 
 
+FINGERPRINT_SEED = 0
+
+
+def probe_trials(cap: int, first_batch: int) -> int:
+    """Trials of the fingerprint probe: a sixteenth of the case's cap, at most one first batch."""
+    return max(1, min(first_batch, cap // 16))
+
+
+def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
+    """A hash of the outputs of ``trials`` trials drawn with a seed fixed per case (not per run or commit).
+
+    Two commits whose sampler behaves the same on the case get the same fingerprint, on the same device
+    and library versions, so an unchanged fingerprint marks "behaviour unchanged" at no statistical cost.
+    The probe's trials are not evidence: the test draws its own with the run's seed.
+    """
+    generator = torch.Generator(device=device).manual_seed(derive_seed(FINGERPRINT_SEED, case.id, 0))
+    obs = experiment.run(trials, generator)
+    digest = hashlib.sha256(f"{trials}:".encode())
+    digest.update(obs.sample)
+    for name in sorted(obs.counts):
+        digest.update(name.encode())
+        digest.update(np.asarray(obs.counts[name], dtype=np.int64).tobytes())
+    for violation in obs.violations:
+        digest.update(f"{violation.layer.value}:{violation.message}".encode())
+    return digest.hexdigest()[:16]
+
+
 def device_name(device: str) -> str:
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -135,8 +162,6 @@ class _CaseState:
         if obs.violations and not obs.counts:
             self.malformed = True
             return
-        if not self.fingerprint and obs.sample:
-            self.fingerprint = hashlib.sha256(obs.sample).hexdigest()[:16]
         for check in self.checks:
             if check.name not in obs.counts:
                 continue
@@ -192,6 +217,7 @@ def run_case(
     else:
         cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
     state = _CaseState(experiment.checks, math.log(threshold))
+    state.fingerprint = output_fingerprint(case, experiment, probe_trials(cap, config.first_batch), config.device)
     batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
     timed_out = False
     while state.trials < cap and not state.done():

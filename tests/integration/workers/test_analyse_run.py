@@ -188,3 +188,25 @@ def test_an_unconfirmed_failure_raises_no_alert(factory: sessionmaker[Session], 
         again = {c.case_id: c.seed for c in confirmation.case_results}
         assert set(first) == set(again)
         assert all(first[c] != again[c] for c in first)  # fresh seeds
+
+
+def test_fingerprints_mark_a_refactor_unchanged_and_a_bug_changed(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """Runs of different commits draw different seeds, yet a commit that only rewrites the sampler's source
+    keeps every case's output fingerprint; the commit that breaks it changes the failing cases' ones."""
+    good = toy_repo.commit(CORRECT, "correct")
+    refactor = toy_repo.commit(CORRECT.replace('"""Speculative sampling', '"""Speculative sampling, reworded:', 1), "reword")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "swap the residual")
+    _, run_ids = record(factory, toy_repo, [good, refactor, bad], tested=[good, refactor, bad])
+
+    drive(run_ids)
+
+    with factory() as session:
+        good_run, refactor_run, bad_run = (session.get_one(Run, run_id) for run_id in run_ids)
+        assert good_run.seed != refactor_run.seed
+        cases = sorted(c.case_id for c in refactor_run.case_results)
+        assert refactor_run.analysis is not None
+        assert bad_run.analysis is not None
+        assert refactor_run.analysis["unchanged_cases"] == cases
+        failing = bad_run.analysis["failing"]
+        assert failing
+        assert not set(failing) & set(bad_run.analysis["unchanged_cases"])

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.models import Alert, AlertKind, Commit, Notification, NotificationStatus, Run, RunStatus, Target
+from service.models import Alert, AlertKind, Commit, Notification, NotificationStatus, Run, RunPurpose, RunStatus, Target
 from tests.support.http_fakes import block_kit_problems, fake_server
 from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
 
@@ -171,3 +171,23 @@ def test_no_commit_status_without_a_token_or_for_other_hosts(rolled_back_factory
         session.flush()
         assert queue_commit_status(session, NotifyConfig(github=True), run, "pending") == 0
         assert queue_commit_status(session, NotifyConfig(github=False), run, "pending") == 0
+
+
+@pytest.mark.parametrize("purpose", [RunPurpose.confirmation, RunPurpose.bisection])
+def test_only_primary_runs_post_commit_statuses(rolled_back_factory: sessionmaker[Session], purpose: RunPurpose) -> None:
+    """A confirmation run (same commit) or a bisection run would overwrite the commit's real status."""
+    with session_scope(rolled_back_factory) as session:
+        target = Target(name="lib3", repo_url="https://github.com/acme/lib3", adapter="x", branches=["main"])
+        commit = Commit(target=target, sha="d" * 40, branch="main", branch_order=1)
+        primary = Run(commit=commit, profile="quick", status=RunStatus.failed)
+        session.add(primary)
+        session.flush()
+        child = Run(commit=commit, profile="quick", purpose=purpose, parent_run_id=primary.id)
+        session.add(child)
+        session.flush()
+        config = NotifyConfig(github=True)
+        assert queue_commit_status(session, config, child, "pending") == 0
+        assert queue_commit_status(session, config, child, "failure") == 0
+        assert queue_commit_status(session, config, primary, "failure") == 1
+        with pytest.raises(ValueError, match="unknown commit status state"):
+            queue_commit_status(session, config, primary, "done")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from service.ingest import pip_requirement, release_sha, release_version
+from service.releases import pip_requirement, release_sha, release_version
 from workers.pollers import PackageIndexError, parse_releases
 
 pytestmark = pytest.mark.unit

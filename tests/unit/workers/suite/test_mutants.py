@@ -1,5 +1,8 @@
 """The suite proves itself: every lossy mutant fails losslessness, the lossless-but-slower ones fail
-conformance only, and the reference passes everything, each for 5 seeds with default settings."""
+conformance only, and the reference passes everything, each for 5 seeds with default settings.
+
+Output fingerprints (drawn with a seed fixed per case) mark "behaviour unchanged": the reference's do not
+depend on the run's seed or attempt, and every mutant changes the fingerprint of a case it fails."""
 
 from __future__ import annotations
 
@@ -16,6 +19,12 @@ LOSSY = [m for m in MUTANTS.values() if not m.lossless]
 SLOWER = [m for m in MUTANTS.values() if m.lossless]
 
 
+@pytest.fixture(scope="module")
+def reference_fingerprints() -> dict[str, str]:
+    run = run_suite(CASES, reference_sampler, SuiteConfig(seed=1_000, attempt=3))
+    return {r.case_id: r.fingerprint for r in run.results}
+
+
 def test_the_catalogue_is_broad():
     assert len(LOSSY) >= 15
     assert {m.name for m in SLOWER} == {"strict_acceptance", "greedy_onehot_draft"}
@@ -23,26 +32,30 @@ def test_the_catalogue_is_broad():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", LOSSY, ids=lambda m: m.name)
-def test_lossy_mutants_fail_losslessness(mutant):
+def test_lossy_mutants_fail_losslessness(mutant, reference_fingerprints):
     for seed in SEEDS:
         run = run_suite(CASES, mutant.sampler, SuiteConfig(seed=seed, fail_fast=True))
         assert run.verdict == Verdict.FAIL, f"seed {seed}: {mutant.name} passed the battery"
         failing = run.results[-1]
         assert failing.lossless == Verdict.FAIL, f"seed {seed}: {failing.case_id} failed {failing.reason}"
+        assert failing.fingerprint != reference_fingerprints[failing.case_id]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", SLOWER, ids=lambda m: m.name)
-def test_lossless_but_slower_mutants_fail_conformance_only(mutant):
+def test_lossless_but_slower_mutants_fail_conformance_only(mutant, reference_fingerprints):
     for seed in SEEDS:
         run = run_suite(CASES, mutant.sampler, SuiteConfig(seed=seed))
         assert all(r.lossless == Verdict.PASS for r in run.results), [r.reason for r in run.results if r.lossless != Verdict.PASS]
-        assert any(r.conformance == Verdict.FAIL for r in run.results)
+        failing = [r for r in run.results if r.conformance == Verdict.FAIL]
+        assert failing
+        assert all(r.fingerprint != reference_fingerprints[r.case_id] for r in failing)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
-def test_reference_passes_every_case(seed):
+def test_reference_passes_every_case(seed, reference_fingerprints):
     run = run_suite(CASES, reference_sampler, SuiteConfig(seed=seed))
+    assert {r.case_id: r.fingerprint for r in run.results} == reference_fingerprints
     assert run.verdict == Verdict.PASS, [r.reason for r in run.results if r.verdict != Verdict.PASS]
     assert all(r.powered for r in run.results), [r.reason for r in run.results if not r.powered]

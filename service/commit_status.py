@@ -1,0 +1,77 @@
+"""GitHub commit statuses as outbox rows: ``pending`` when a commit's run is queued, then its outcome.
+
+Only primary runs post statuses (one per commit and profile, context ``specwatch/<profile>``): a
+confirmation run is the same commit again and a bisection run is a search aid, so their statuses would
+overwrite the commit's real one. The row is written in the caller's transaction and sent later by
+``workers.deliver_notifications`` (beat, every ``SPECWATCH_WORKER_NOTIFY_INTERVAL_S``); a token is needed only
+to send, but rows are written only when one is configured.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Commit, Notification, NotificationChannel, NotificationStatus, Run, RunPurpose, Target
+from service.releases import release_version
+
+STATES = ("pending", "success", "failure", "error")
+_GITHUB_REPO = re.compile(r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
+
+
+def github_repo(repo_url: str) -> str | None:
+    """``owner/name`` of a GitHub repository URL, else None."""
+    match = _GITHUB_REPO.match(repo_url.strip())
+    return match.group("repo") if match else None
+
+
+def commit_url(target: Target, commit: Commit) -> str | None:
+    """Where people read the commit: GitHub for a commit, PyPI for a release; None for other hosts."""
+    version = release_version(commit.sha)
+    if version is not None:
+        return f"https://pypi.org/project/{target.name}/{version}/"
+    repo = github_repo(target.repo_url)
+    return f"https://github.com/{repo}/commit/{commit.sha}" if repo else None
+
+
+def add_notification(session: Session, row: Notification) -> int:
+    """Add an outbox row unless one with its ``dedup_key`` exists; 1 if added, else 0."""
+    if session.scalars(select(Notification.id).where(Notification.dedup_key == row.dedup_key)).first() is not None:
+        return 0
+    session.add(row)
+    session.flush()
+    return 1
+
+
+def queue_status(session: Session, run: Run, commit: Commit, state: str, dashboard_url: str) -> int:
+    """An outbox row for the GitHub status ``state`` of primary run ``run`` of ``commit``; 0 when not applicable
+    (another purpose, a release, a repository not on GitHub, or already written)."""
+    if state not in STATES:
+        raise ValueError(f"unknown commit status state {state!r}; expected one of {', '.join(STATES)}")
+    repo = github_repo(commit.target.repo_url)
+    if run.purpose is not RunPurpose.primary or repo is None or release_version(commit.sha) is not None:
+        return 0
+    description = {
+        "pending": f"specwatch: {run.profile} run queued",
+        "success": f"specwatch: {run.profile} run passed",
+        "failure": f"specwatch: {run.profile} run failed (a distribution test rejected)",
+        "error": f"specwatch: {run.profile} run could not test this commit",
+    }[state]
+    row = Notification(
+        dedup_key=f"status:run:{run.id}:{state}",
+        run_id=run.id,
+        channel=NotificationChannel.github,
+        event=state,
+        payload={
+            "repo": repo,
+            "sha": commit.sha,
+            "state": state,
+            "target_url": f"{dashboard_url.rstrip('/')}/ui/runs/{run.id}",
+            "description": description[:140],
+            "context": f"specwatch/{run.profile}",
+        },
+        status=NotificationStatus.pending,
+    )
+    return add_notification(session, row)
