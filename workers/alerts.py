@@ -20,8 +20,13 @@ The story of a failing commit:
    (target, branch, first bad commit, kind), so two workers naming the same first bad commit make one alert
    (the second merges its cases); the outbox rows are written only by the insert that created it.
 
-A passing primary run also checks acceptance drift against the case's recent passing runs on the branch
-(a PERFORMANCE alert on this commit) and resolves the open alerts of its branch whose cases all pass again.
+A primary run also checks its passing cases' acceptance drift against their recent passing runs on the
+branch (Hoeffding, at ``drift_alpha`` per run: already rare, so not confirmed). A drift is bisected like a
+failure, between the newest passing commit (good by definition: it is in the baseline) and this one, a
+commit being bad when a drifting case drifts from that same baseline there too; the PERFORMANCE alert names
+the first bad commit. (When the run also has failing cases, their search owns the run's bisection and the
+drift alert names this commit.) A run that is not broken resolves the open alerts of its branch whose cases
+all pass again.
 """
 
 from __future__ import annotations
@@ -201,7 +206,13 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
     drifting = _drift(session, run, cases, config)
     if drifting:
         analysis["drift"] = [e["case_id"] for e in drifting]
-        _open_alert(ctx, run, AlertKind.performance, commit, drifting)
+        baseline = _newest_passing(session, run)
+        if kind is None and baseline is not None:
+            # Bisected between the newest passing commit (the baseline's newest, good by definition) and
+            # this one: a commit is bad when a drifting case drifts from the same baseline there too.
+            _start_bisection(ctx, run, AlertKind.performance, drifting, confirmation=None, state=analysis, after=baseline.commit)
+        else:  # the failing cases' search owns this run's bisection
+            _open_alert(ctx, run, AlertKind.performance, commit, drifting)
     if run.status is not RunStatus.error:
         _resolve_recovered(ctx, run, cases)
 
@@ -253,6 +264,12 @@ def _branch_runs(run: Run) -> Select[Any]:
             Run.purpose != RunPurpose.confirmation,
         )
     )
+
+
+def _newest_passing(session: Session, run: Run) -> Run | None:
+    query = _branch_runs(run).where(Run.status == RunStatus.passed)
+    newest: Run | None = session.scalars(query.order_by(Commit.branch_order.desc(), Run.id.desc()).limit(1)).first()
+    return newest
 
 
 def _previous_run(session: Session, run: Run) -> Run | None:
@@ -346,14 +363,25 @@ def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult],
 
 # --------------------------------------------------------------------------------------------- bisection
 def _start_bisection(
-    ctx: _Context, detected: Run, kind: AlertKind, entries: list[dict[str, Any]], *, confirmation: Run | None, state: dict[str, Any]
+    ctx: _Context,
+    detected: Run,
+    kind: AlertKind,
+    entries: list[dict[str, Any]],
+    *,
+    confirmation: Run | None,
+    state: dict[str, Any],
+    after: Commit | None = None,
 ) -> None:
+    """Search the first bad commit for ``entries``; ``after``: a known good commit that bounds the search
+    (a drift's baseline: older commits are measured against another baseline and say nothing)."""
     state["bisection"] = {
         "kind": kind.value,
         "cases": entries,
         "confirmation_run_id": confirmation.id if confirmation else None,
         "runs": 0,
         "done": False,
+        "after_sha": after.sha if after is not None else None,
+        "after_order": after.branch_order if after is not None else None,
     }
     _bisect_step(ctx, detected, state)
 
@@ -365,8 +393,11 @@ def _continue_bisection_of(ctx: _Context, run: Run) -> None:
     _bisect_step(ctx, detected, dict(detected.analysis or {}))
 
 
-def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResult]], case_ids: set[str]) -> Outcome | None:
-    """Good, bad or unknown (broken) for the alert's cases; None while its only runs are unfinished."""
+def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResult]], entries: Sequence[dict[str, Any]]) -> Outcome | None:
+    """Good, bad or unknown (broken) for the alert's cases; None while its only runs are unfinished.
+
+    Bad: one of the cases fails, or a drift case drifts from the baseline the alert measured it against.
+    """
     finished = [r for r in runs if r.status in ANALYSABLE]
     if not finished:
         return None
@@ -374,8 +405,12 @@ def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResul
     if latest.status is RunStatus.error:
         return Outcome.UNKNOWN
     results = cases_of.get(latest.id, {})
-    if any(results[c].verdict is Verdict.fail for c in case_ids if c in results):
-        return Outcome.BAD
+    for entry in entries:
+        case = results.get(entry["case_id"])
+        if case is None:
+            continue
+        if case.verdict is Verdict.fail or (entry.get("reason") == "drift" and _still_drifting(entry, case)):
+            return Outcome.BAD
     return Outcome.GOOD
 
 
@@ -386,10 +421,16 @@ def _bisect_step(ctx: _Context, detected: Run, state: dict[str, Any]) -> None:
         return
     commit = detected.commit
     on_branch = Commit.branch.is_(None) if commit.branch is None else Commit.branch == commit.branch
+    after_order = bisection.get("after_order")
     commits = list(
         session.scalars(
             select(Commit)
-            .where(Commit.target_id == commit.target_id, on_branch, Commit.branch_order <= (commit.branch_order or 0))
+            .where(
+                Commit.target_id == commit.target_id,
+                on_branch,
+                Commit.branch_order <= (commit.branch_order or 0),
+                Commit.branch_order >= (after_order if after_order is not None else 0),
+            )
             .order_by(Commit.branch_order)
         )
     )
@@ -403,16 +444,18 @@ def _bisect_step(ctx: _Context, detected: Run, state: dict[str, Any]) -> None:
     cases_of: dict[int, dict[str, CaseResult]] = {}
     for case in session.scalars(select(CaseResult).where(CaseResult.run_id.in_([r.id for r in runs]))):
         cases_of.setdefault(case.run_id, {})[case.case_id] = case
-    case_ids = {e["case_id"] for e in bisection["cases"]}
+    entries = list(bisection["cases"])
     outcomes: dict[str, Outcome] = {}
     in_flight: set[str] = set()
     for c in commits:
         mine = [r for r in runs if r.commit_id == c.id]
-        outcome = _commit_outcome(mine, cases_of, case_ids)
+        outcome = _commit_outcome(mine, cases_of, entries)
         if outcome is not None:
             outcomes[c.sha] = outcome
         elif mine:
             in_flight.add(c.sha)
+    if bisection.get("after_sha"):
+        outcomes[bisection["after_sha"]] = Outcome.GOOD
     outcomes[commit.sha] = Outcome.BAD
     decision = bisect([c.sha for c in commits], outcomes)
     by_sha = {c.sha: c for c in commits}

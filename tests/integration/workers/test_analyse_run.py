@@ -7,13 +7,26 @@ confirmation and bisection runs, and the test plays the worker: it runs every qu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.models import Alert, AlertKind, AlertState, Commit, CommitPolicy, Notification, Run, RunPurpose, RunStatus, Target
+from service.models import (
+    Alert,
+    AlertKind,
+    AlertState,
+    CaseResult,
+    Commit,
+    CommitPolicy,
+    Notification,
+    Run,
+    RunPurpose,
+    RunStatus,
+    Target,
+)
 from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SWAPPED_RESIDUAL, ToyRepo
 from tests.support.workers import clear_caches
 
@@ -51,12 +64,16 @@ def record(factory: sessionmaker[Session], repo: ToyRepo, shas: list[str], teste
         return {sha: c.id for sha, c in commits.items()}, [r.id for r in runs]
 
 
-def drive(run_ids: list[int]) -> list[int]:
-    """Play the workers: run each queued run, analyse it, and do the same for the runs the analysis queued."""
+def drive(run_ids: list[int], *, between: Callable[[int], None] | None = None) -> list[int]:
+    """Play the workers: run each queued run, analyse it, and do the same for the runs the analysis queued.
+
+    ``between`` is called with each run's id after the suite stored its results and before the analysis."""
     pending, done = list(run_ids), []
     while pending:
         run_id = pending.pop(0)
         assert tasks.run_suite(run_id)["status"] in {"passed", "failed", "error"}
+        if between is not None:
+            between(run_id)
         report = tasks.analyse_run(run_id)
         assert report["outcome"] == "analysed"
         assert tasks.analyse_run(run_id)["reason"] == "already analysed"  # idempotent
@@ -210,3 +227,44 @@ def test_fingerprints_mark_a_refactor_unchanged_and_a_bug_changed(factory: sessi
         failing = bad_run.analysis["failing"]
         assert failing
         assert not set(failing) & set(bad_run.analysis["unchanged_cases"])
+
+
+@pytest.mark.slow
+def test_an_acceptance_drift_is_bisected_to_its_first_commit(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """Lossless throughout, but from commit 5 of an 8-commit push the mean acceptance of one case moves (the
+    stored runs of commits 5.. are given a higher acceptance, as a change the conformance checks missed
+    would): the PERFORMANCE alert names commit 5, after at most ceil(log2 8) bisection runs."""
+    base = toy_repo.commit(CORRECT, "base, tested earlier")
+    push = [
+        toy_repo.commit(CORRECT.replace("vectorised over trials", f"vectorised over trials (rev {i})", 1), f"commit {i}")
+        for i in range(1, 9)
+    ]
+    commit_ids, (base_run, head_run) = record(factory, toy_repo, [base, *push], tested=[base, push[-1]])
+    shifted = {commit_ids[sha] for sha in push[4:]}
+    case_id = "direct/far_apart/V8/g3"
+
+    def shift_acceptance(run_id: int) -> None:
+        with session_scope(factory) as session:
+            run = session.get_one(Run, run_id)
+            if run.commit_id not in shifted:
+                return
+            case = session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == case_id)).one()
+            assert case.acceptance_observed is not None
+            case.acceptance_observed = min(3.0, case.acceptance_observed + 0.6)
+
+    drive([base_run], between=shift_acceptance)
+    extra = drive([head_run], between=shift_acceptance)[1:]
+
+    assert 1 <= len(extra) <= math.ceil(math.log2(8))
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.state, alert.confirmed) == (AlertKind.performance, AlertState.open, False)
+    assert alert.first_bad_commit_id == commit_ids[push[4]]  # commit 5
+    assert alert.last_good_commit_id == commit_ids[push[3]]
+    assert alert.bisection_runs == len(extra)
+    assert [c["case_id"] for c in alert.cases] == [case_id]
+    assert alert.cases[0]["reason"] == "drift"
+    assert alert.cases[0]["difference"] > alert.cases[0]["radius"] > 0
+    with factory() as session:
+        assert {session.get_one(Run, run_id).purpose for run_id in extra} == {RunPurpose.bisection}
+    (message,) = slack_rows(factory)
+    assert (message.event, message.alert_id) == ("opened", alert.id)
