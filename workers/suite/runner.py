@@ -94,8 +94,9 @@ FINGERPRINT_SEED = 0
 
 
 def probe_trials(cap: int, first_batch: int) -> int:
-    """Trials of the fingerprint probe: a sixteenth of the case's cap, at most one first batch."""
-    return max(1, min(first_batch, cap // 16))
+    """Trials of the fingerprint probe: 1/64 of the case's cap (about 1.5 % more trials), at least 16, at
+    most one first batch (and never more than the cap)."""
+    return min(cap, first_batch, max(16, cap // 64))
 
 
 def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
