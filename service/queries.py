@@ -222,6 +222,9 @@ class CaseRow:
     acceptance_expected: float | None
     fingerprint: str | None
     duration_s: float | None
+    # Whether the fingerprint equals the previous tested commit's on the branch ("behaviour unchanged");
+    # None without a previous result or a fingerprint on either side.
+    same_as_previous: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -243,9 +246,15 @@ class RunDetail:
     finished_at: datetime | None
     error: str | None
     cases: tuple[CaseRow, ...]
+    purpose: str = "primary"
+    # The run whose fingerprints ``same_as_previous`` compares with: the newest run with results of the same
+    # profile on the nearest earlier commit of the branch.
+    previous_run_id: int | None = None
 
 
-def _case_row(result: CaseResult) -> CaseRow:
+def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None) -> CaseRow:
+    before = (previous or {}).get(result.case_id)
+    same = None if before is None or result.fingerprint is None else before == result.fingerprint
     return CaseRow(
         case_id=result.case_id,
         verdict=result.verdict,
@@ -262,7 +271,24 @@ def _case_row(result: CaseResult) -> CaseRow:
         acceptance_expected=result.acceptance_expected,
         fingerprint=result.fingerprint,
         duration_s=result.duration_s,
+        same_as_previous=same,
     )
+
+
+def _previous_results(session: Session, run: Run, commit: Commit) -> int | None:
+    """The newest run with results of ``run``'s profile on the nearest earlier commit of the branch."""
+    if commit.branch_order is None:
+        return None
+    on_branch = Commit.branch.is_(None) if commit.branch is None else Commit.branch == commit.branch
+    previous: int | None = session.scalar(
+        select(Run.id)
+        .join(Run.commit)
+        .where(Commit.target_id == commit.target_id, on_branch, Commit.branch_order < commit.branch_order, Run.profile == run.profile)
+        .where(select(CaseResult.id).where(CaseResult.run_id == Run.id).exists())
+        .order_by(Commit.branch_order.desc(), Run.id.desc())
+        .limit(1)
+    )
+    return previous
 
 
 def run_detail(session: Session, run_id: int) -> RunDetail:
@@ -272,6 +298,11 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         raise NotFoundError(f"no run {run_id}")
     run, commit, target_name = found
     results = session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id))
+    previous_run_id = _previous_results(session, run, commit)
+    previous: dict[str, str | None] = {}
+    if previous_run_id is not None:
+        rows = session.execute(select(CaseResult.case_id, CaseResult.fingerprint).where(CaseResult.run_id == previous_run_id))
+        previous = dict(rows.all())
     return RunDetail(
         id=run.id,
         target=target_name,
@@ -289,7 +320,9 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         started_at=run.started_at,
         finished_at=run.finished_at,
         error=run.error,
-        cases=tuple(_case_row(r) for r in results),
+        cases=tuple(_case_row(r, previous) for r in results),
+        purpose=run.purpose.value,
+        previous_run_id=previous_run_id,
     )
 
 

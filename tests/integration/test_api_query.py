@@ -144,6 +144,19 @@ def test_run_detail_has_every_case(client: TestClient, seeded: Seeded) -> None:
     verdicts = {c["case_id"]: c["verdict"] for c in run["cases"]}
     assert verdicts[FAILING_CASE] == "fail"
     assert {v for k, v in verdicts.items() if k != FAILING_CASE} == {"pass"}
+    # Fingerprints against the previous tested commit (4): the failing case's bug output is the same as on 4.
+    assert (run["purpose"], run["previous_run_id"]) == ("primary", seeded.runs[4])
+    assert {c["case_id"]: c["same_as_previous"] for c in run["cases"]} == dict.fromkeys(CASES, True)
+
+
+def test_run_detail_marks_changed_behaviour(client: TestClient, seeded: Seeded) -> None:
+    fix = client.get(f"/runs/{seeded.runs[6]}").json()
+    assert fix["previous_run_id"] == seeded.runs[5]
+    # 6 fixes the failing case and changes the third case's fingerprint; the second one is unchanged.
+    assert {c["case_id"]: c["same_as_previous"] for c in fix["cases"]} == {CASES[0]: False, CASES[1]: True, CASES[2]: False}
+    first = client.get(f"/runs/{seeded.runs[1]}").json()
+    assert first["previous_run_id"] is None
+    assert {c["same_as_previous"] for c in first["cases"]} == {None}
 
 
 def test_unknown_run_is_404(client: TestClient) -> None:

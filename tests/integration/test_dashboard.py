@@ -75,6 +75,10 @@ def test_run_and_alerts_pages(client: TestClient, seeded: Seeded) -> None:
     run = client.get(f"/ui/runs/{seeded.runs[4]}")
     assert run.status_code == 200
     assert all(case in run.text for case in CASES)
+    # Against commit 3: the failing case's output changed, the others did not.
+    assert f'vs <a href="/ui/runs/{seeded.runs[3]}">' in run.text
+    assert run.text.count('<td class="behaviour"') == len(CASES)
+    assert (run.text.count(">changed</td>"), run.text.count(">unchanged</td>")) == (1, len(CASES) - 1)
     alerts = client.get("/ui/alerts", params={"state": "open"})
     assert alerts.status_code == 200
     assert alerts.text.count('<tr class="alert open"') == 1

@@ -81,6 +81,8 @@ def test_runs_show(rolled_back_factory: sessionmaker[Session], seeded: Seeded) -
     table = specwatch(rolled_back_factory, "runs", "show", str(seeded.runs[5]))
     assert table.exit_code == 0, table.output
     assert all(case in table.output for case in CASES)
+    assert f"vs run {seeded.runs[4]}" in table.output
+    assert (table.output.count("unchanged"), table.output.count(" changed")) == (len(CASES), 0)
     as_json = json.loads(specwatch(rolled_back_factory, "runs", "show", str(seeded.runs[5]), "--json").stdout)
     assert (as_json["id"], as_json["status"], len(as_json["cases"])) == (seeded.runs[5], "failed", len(CASES))
 
