@@ -166,3 +166,32 @@ def test_bad_source_and_pip_specs_are_usage_errors(tmp_path):
 
     assert main(["run", "--target", "transformers", "--source", str(tmp_path / "missing")]) == 2
     assert main(["run", "--target", "transformers", "--pip", "transformers; rm -rf /"]) == 2
+
+
+def test_finding_speculative_sampling_accepts_a_p_zero_draft_when_the_uniform_is_zero(monkeypatch):
+    """`_speculative_sampling` accepts when r <= p/q; torch.rand can return exactly 0.0 (probability 2**-24
+    per float32 draw on CPU), and then a draft the target gives probability 0 is accepted (docs/findings.md).
+    Deterministic: the uniform is fixed at 0.0 and at the next float32 value, 2**-24."""
+    import transformers
+    from transformers.generation.utils import _speculative_sampling
+
+    if transformers.__version__ != "5.24.0":
+        pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
+    q = torch.log(torch.tensor([[[0.5, 0.5, 0.0, 0.0]]]))  # the assistant drafts token 0 half the time ...
+    p = torch.log(torch.tensor([[[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]]]))  # ... the target never emits it
+    ids = torch.tensor([[7, 0]])  # prompt token 7, then the draft 0
+
+    monkeypatch.setattr(torch, "rand_like", lambda t, **kw: torch.full_like(t, 2.0**-24))
+    valid, n_matches = _speculative_sampling(ids, q, 1, p)
+    assert int(n_matches) == 0
+    assert valid.tolist() == [[2]]  # rejected; the residual (p - q)+ has all its mass on token 2
+
+    monkeypatch.setattr(torch, "rand_like", lambda t, **kw: torch.zeros_like(t))
+    valid, n_matches = _speculative_sampling(ids, q, 1, p)
+    assert int(n_matches) == 1  # expected failure: 0.0 <= p/q = 0 accepts the impossible token
+    assert valid.tolist()[0][0] == 0
+
+    monkeypatch.undo()
+    generator = torch.Generator().manual_seed(0)
+    zeros = sum(int((torch.rand(1 << 24, generator=generator) == 0).sum()) for _ in range(8))
+    assert zeros > 0  # torch.rand does return 0.0 (5 times in 2**27 draws with this seed)
