@@ -11,6 +11,7 @@ skipped with its reason.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import logging
 import subprocess
@@ -82,6 +83,22 @@ def bind_speculative_sampling(
 def _log_rows(probs: torch.Tensor) -> torch.Tensor:
     """Logits whose softmax is ``probs`` exactly (zeros become -inf)."""
     return torch.log(probs).to(torch.float32)
+
+
+#: Dependencies of transformers that the cases exercise (tokenizers build the vocabularies, the hub and
+#: safetensors load and save configs and weights).
+_DEPENDENCIES = ("tokenizers", "huggingface-hub", "safetensors")
+
+
+def _dependency_versions() -> str:
+    """``name==version`` of each of :data:`_DEPENDENCIES` that is installed, space-separated."""
+    found = []
+    for name in _DEPENDENCIES:
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return " ".join(found)
 
 
 def speculative_sampling_sampler(fn: Callable[..., Any]) -> Sampler:
@@ -184,8 +201,9 @@ class TransformersAdapter:
         return str(getattr(self.module, "__file__", "") or "")
 
     def describe(self) -> dict[str, str]:
-        """Library name, version, location and, for a git checkout, its commit."""
-        info = {"name": "transformers", "version": self.version, "path": self.path}
+        """Library name, version, location, the versions of the dependencies that shape its behaviour here
+        (a release's are whatever pip resolved when it was installed) and, for a git checkout, its commit."""
+        info = {"name": "transformers", "version": self.version, "path": self.path, "dependencies": _dependency_versions()}
         sha = _git_head(Path(self.path).parent) if self.path else None  # the package folder, as imported
         if sha:
             info["git_sha"] = sha

@@ -44,6 +44,7 @@ def test_quick_direct_cases_and_greedy_equivalence_pass(target):
     run = _run(target, ["direct/transformers_target_distribution/*", "direct/far_apart/V8/g1", "e2e/greedy/*"])
     assert run.verdict == Verdict.PASS, [r.reason for r in run.results if r.verdict != Verdict.PASS]
     assert run.environment["library_name"] == "transformers"
+    assert "tokenizers==" in run.environment["library_dependencies"]
 
 
 @pytest.mark.slow
