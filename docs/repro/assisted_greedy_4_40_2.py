@@ -4,6 +4,7 @@ Standalone: no specwatch code. In a scratch environment::
 
     python3 -m venv /tmp/tf440 && /tmp/tf440/bin/pip install torch==2.13.0 transformers==4.40.2
     /tmp/tf440/bin/python docs/repro/assisted_greedy_4_40_2.py [SEED]
+    /tmp/tf440/bin/python docs/repro/assisted_greedy_4_40_2.py sampled [N]   # needs numpy and scipy too
 
 On 4.40.2 the fixed prompts differ (both with an assistant model, the second with prompt lookup), and so
 do some of the 64 random prompts (seed 0: 6 with an assistant model, 4 with prompt lookup); on 4.41.2
@@ -74,5 +75,36 @@ def main() -> None:
         print(f"{name}: {different} of 64 random prompts differ")
 
 
+def sampled(n: int) -> None:
+    """``do_sample=True``: the law of each of the first 4 new tokens, plain vs assisted, n draws each."""
+    import numpy as np
+    from scipy.stats import chi2_contingency
+
+    print("transformers", transformers.__version__)
+    target, draft = tiny_llama(1, 2), tiny_llama(2, 1)
+    prompt = torch.tensor([[2, 4, 5, 4, 1, 4]])
+    mask = torch.ones_like(prompt)
+    base = {"do_sample": True, "max_new_tokens": 4, "pad_token_id": EOS, "eos_token_id": EOS}
+
+    def draw(options: dict[str, object], seed: int) -> np.ndarray:
+        torch.manual_seed(seed)
+        rows = []
+        for _ in range(n):
+            with torch.no_grad():
+                out = target.generate(prompt, attention_mask=mask, **base, **options)
+            rows.append(out[0, prompt.shape[1] :].tolist())
+        return np.array(rows)
+
+    plain, assisted = draw({}, 1), draw({"assistant_model": draft}, 2)
+    for t in range(4):
+        a, b = np.bincount(plain[:, t], minlength=VOCAB), np.bincount(assisted[:, t], minlength=VOCAB)
+        seen = (a + b) > 0
+        p_value = chi2_contingency(np.stack([a[seen], b[seen]]))[1]
+        print(f"token {t + 1}: plain {a.tolist()} assisted {b.tolist()} TV {0.5 * np.abs(a - b).sum() / n:.3f} p {p_value:.2g}")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "sampled":
+        sampled(int(sys.argv[2]) if len(sys.argv) > 2 else 3000)
+    else:
+        main()
