@@ -190,10 +190,11 @@ def test_postgres_restarted_during_a_burst(own_postgres: PrivatePostgres, tmp_pa
     try:
         register_target(factory, CommitPolicy.every)
         with private_redis() as broker, served_app(server_env(database_url, broker.url()), tmp_path / "uvicorn.log") as base:
-            burst = Burst(base, commits_per_push=2)
+            burst = Burst(base, commits_per_push=2, held_back=DELIVERIES // 2)
             thread = burst.start()
             wait_for(lambda: burst.done >= DELIVERIES // 4 or not thread.is_alive(), timeout_s=120, what="the first quarter of the burst")
             own_postgres.stop("immediate")  # as in a crash: transactions in flight are cut
+            burst.released.set()  # the second half is posted while the database is down
             time.sleep(2)
             down_answers = burst.answers[503]
             own_postgres.start()
