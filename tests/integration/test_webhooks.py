@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from service.queue import RUN_SUITE_TASK, SUITE_QUEUE, CeleryProducer
 from service.settings import Settings
 from service.targets import add_target, make_spec
 from service.webhooks import Outcome, RunOptions, ingest, signature
+from tests.support.private_servers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -664,7 +664,8 @@ def test_concurrent_deliveries_with_one_id_record_it_once(own_database: Engine) 
         assert ingest(first, delivery_id="race", event="push", payload=payload, options=options).outcome is Outcome.accepted
         with ThreadPoolExecutor(1) as pool:
             second = pool.submit(_ingest_in_own_session, factory, payload, options)
-            time.sleep(0.3)  # let the second request reach the delivery insert and wait on the first's row
+            # The second request reaches the delivery insert and waits on the first one's row lock.
+            wait_for(lambda: _waiting_on_a_lock(own_database) == 1, timeout_s=30, what="the second request's lock wait")
             assert not second.done()
             first.commit()
             assert second.result(timeout=30) is Outcome.duplicate
@@ -672,6 +673,12 @@ def test_concurrent_deliveries_with_one_id_record_it_once(own_database: Engine) 
         first.close()
     with session_scope(factory) as session:
         assert session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def _waiting_on_a_lock(engine: Engine) -> int:
+    with engine.connect() as connection:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        return int(connection.execute(text(query)).scalar_one())
 
 
 def _ingest_in_own_session(factory: sessionmaker[Session], payload: dict[str, Any], options: RunOptions) -> Outcome:
