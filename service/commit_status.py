@@ -1,5 +1,9 @@
 """GitHub commit statuses as outbox rows: ``pending`` when a commit's run is queued, then its outcome.
 
+A failing run that is confirmed first (``confirm_failures``) shows ``pending`` ("confirming") meanwhile,
+then ``failure`` when the rerun confirms it, ``success`` when it does not (nobody is paged for it
+either), ``error`` when the rerun could not test the commit.
+
 Only primary runs post statuses (one per commit and profile, context ``specwatch/<profile>``): a
 confirmation run is the same commit again and a bisection run is a search aid, so their statuses would
 overwrite the commit's real one. The row is written in the caller's transaction and sent later by
@@ -17,7 +21,6 @@ from sqlalchemy.orm import Session
 from service.models import Commit, Notification, NotificationChannel, NotificationStatus, Run, RunPurpose, Target
 from service.releases import release_version
 
-STATES = ("pending", "success", "failure", "error")
 _GITHUB_REPO = re.compile(r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 
 
@@ -45,25 +48,36 @@ def add_notification(session: Session, row: Notification) -> int:
     return 1
 
 
-def queue_status(session: Session, run: Run, commit: Commit, state: str, dashboard_url: str) -> int:
-    """An outbox row for the GitHub status ``state`` of primary run ``run`` of ``commit``; 0 when not applicable
-    (another purpose, a release, a repository not on GitHub, or already written)."""
-    if state not in STATES:
-        raise ValueError(f"unknown commit status state {state!r}; expected one of {', '.join(STATES)}")
+#: What a status says, by name: (GitHub state, description). The plain outcomes of a run, and the steps
+#: of a failing run's confirmation.
+STATUSES = {
+    "pending": ("pending", "run queued"),
+    "success": ("success", "run passed"),
+    "failure": ("failure", "run failed (a distribution test rejected)"),
+    "error": ("error", "run could not test this commit"),
+    "confirming": ("pending", "run failed; confirming with fresh seeds before alerting"),
+    "confirmed": ("failure", "run failed, confirmed by a rerun with fresh seeds"),
+    "not-confirmed": ("success", "passed: the first run's rejection was not confirmed by a rerun"),
+    "unconfirmable": ("error", "run failed; the confirmation run could not test this commit"),
+}
+
+
+def queue_status(session: Session, run: Run, commit: Commit, status: str, dashboard_url: str) -> int:
+    """An outbox row for the GitHub commit status ``status`` (a name in :data:`STATUSES`) of primary run ``run``
+    of ``commit``; 0 when not applicable (another purpose, a release, a repository not on GitHub, or already
+    written)."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown commit status {status!r}; expected one of {', '.join(STATUSES)}")
     repo = github_repo(commit.target.repo_url)
     if run.purpose is not RunPurpose.primary or repo is None or release_version(commit.sha) is not None:
         return 0
-    description = {
-        "pending": f"specwatch: {run.profile} run queued",
-        "success": f"specwatch: {run.profile} run passed",
-        "failure": f"specwatch: {run.profile} run failed (a distribution test rejected)",
-        "error": f"specwatch: {run.profile} run could not test this commit",
-    }[state]
+    state, what = STATUSES[status]
+    description = f"specwatch: {run.profile} {what}"
     row = Notification(
-        dedup_key=f"status:run:{run.id}:{state}",
+        dedup_key=f"status:run:{run.id}:{status}",
         run_id=run.id,
         channel=NotificationChannel.github,
-        event=state,
+        event=status,
         payload={
             "repo": repo,
             "sha": commit.sha,

@@ -190,7 +190,8 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
     failing: list[str] = analysis["failing"]
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure"}.get(run.status, "error")
-    report.notifications += queue_commit_status(session, config.notify, run, state)
+    confirming = kind is not None and kind is not Kind.BROKEN and config.confirm_failures
+    report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
     analysis["unchanged_cases"] = _unchanged_cases(session, run, cases)
     if kind is Kind.BROKEN:
         entry = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
@@ -354,6 +355,8 @@ def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult],
         entry["confirmation_verdict"] = cases[case_id].verdict.value
         entries.append(entry)
     analysis["confirmed"] = [e["case_id"] for e in entries]
+    status = "confirmed" if entries else ("unconfirmable" if run.status is RunStatus.error else "not-confirmed")
+    ctx.report.notifications += queue_commit_status(session, ctx.config.notify, parent, status)
     if not entries:
         log.info("failure_not_confirmed run_id=%s confirmation_run_id=%s", parent.id, run.id)
         return

@@ -194,11 +194,12 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
 
 
 # ---------------------------------------------------------------------------------------------- GitHub
-def queue_commit_status(session: Session, config: NotifyConfig, run: Run, state: str) -> int:
-    """An outbox row for the GitHub commit status ``state`` of primary run ``run``; 0 if not applicable."""
+def queue_commit_status(session: Session, config: NotifyConfig, run: Run, status: str) -> int:
+    """An outbox row for the GitHub commit status ``status`` (see :data:`service.commit_status.STATUSES`) of
+    primary run ``run``; 0 if not applicable."""
     if not config.github:
         return 0
-    return queue_status(session, run, run.commit, state, config.dashboard_url)
+    return queue_status(session, run, run.commit, status, config.dashboard_url)
 
 
 # ---------------------------------------------------------------------------------------------- sending

@@ -6,6 +6,7 @@ moves to each row's next_attempt_at between passes.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,8 +14,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.models import Alert, AlertKind, Commit, Notification, NotificationStatus, Run, RunPurpose, RunStatus, Target
+from service.models import (
+    Alert,
+    AlertKind,
+    CaseResult,
+    Commit,
+    Notification,
+    NotificationStatus,
+    Run,
+    RunPurpose,
+    RunStatus,
+    Target,
+    Verdict,
+)
 from tests.support.http_fakes import block_kit_problems, fake_server
+from workers.alerts import AnalysisConfig, analyse
 from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
 
 SLACK_PATH = "/services/T000/B000/secret-part"
@@ -189,5 +203,68 @@ def test_only_primary_runs_post_commit_statuses(rolled_back_factory: sessionmake
         assert queue_commit_status(session, config, child, "pending") == 0
         assert queue_commit_status(session, config, child, "failure") == 0
         assert queue_commit_status(session, config, primary, "failure") == 1
-        with pytest.raises(ValueError, match="unknown commit status state"):
+        with pytest.raises(ValueError, match="unknown commit status"):
             queue_commit_status(session, config, primary, "done")
+
+
+def _failing_primary(session: Session, name: str) -> Run:
+    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
+    run = Run(commit=Commit(target=target, sha="e" * 40, branch="main", branch_order=1), profile="quick", status=RunStatus.failed)
+    session.add(run)
+    session.flush()
+    _result(session, run, log_e=math.log(1e4) + 3.0)
+    return run
+
+
+def _result(session: Session, run: Run, *, log_e: float) -> None:
+    failing = log_e >= math.log(1e4)
+    session.add(
+        CaseResult(
+            run_id=run.id,
+            case_id="direct/far_apart/V8/g1",
+            verdict=Verdict.fail if failing else Verdict.pass_,
+            lossless=not failing,
+            conformance=True,
+            n_trials=10_000,
+            e_value=math.exp(log_e),
+            log_e_value=log_e,
+            threshold=1e4,
+        )
+    )
+    session.flush()
+
+
+def _statuses(session: Session, run_id: int) -> list[tuple[str, str, str]]:
+    rows = session.scalars(select(Notification).where(Notification.run_id == run_id).order_by(Notification.id))
+    return [(r.event, r.payload["state"], r.payload["description"]) for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("again_log_e", "final"),
+    [
+        (-1.0, ("not-confirmed", "success", "specwatch: quick passed: the first run's rejection was not confirmed by a rerun")),
+        (math.log(1e4) + 2.0, ("confirmed", "failure", "specwatch: quick run failed, confirmed by a rerun with fresh seeds")),
+    ],
+    ids=["not-confirmed", "confirmed"],
+)
+def test_a_failing_run_shows_pending_until_its_confirmation_decides(
+    rolled_back_factory: sessionmaker[Session], again_log_e: float, final: tuple[str, str, str]
+) -> None:
+    """The commit is not marked failed on the first run's word: ``pending`` while the rerun confirms, then
+    ``failure`` if it does, ``success`` if it does not (the rerun itself posts nothing)."""
+    config = AnalysisConfig(notify=NotifyConfig(github=True))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    with session_scope(rolled_back_factory) as session:
+        primary = _failing_primary(session, f"lib-{final[0]}")
+        report = analyse(session, primary.id, config=config, now=now)
+        (confirmation_id,) = report.queued
+        assert _statuses(session, primary.id) == [
+            ("confirming", "pending", "specwatch: quick run failed; confirming with fresh seeds before alerting")
+        ]
+        confirmation = session.get_one(Run, confirmation_id)
+        assert confirmation.purpose is RunPurpose.confirmation
+        confirmation.status = RunStatus.failed if again_log_e > 0 else RunStatus.passed
+        _result(session, confirmation, log_e=again_log_e)
+        analyse(session, confirmation_id, config=config, now=now)
+        assert _statuses(session, primary.id)[1:] == [final]
+        assert _statuses(session, confirmation_id) == []
