@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.experiments import ChainExperiment, Experiment
+from workers.suite.experiments import ChainExperiment, EdgeExperiment, Experiment, Extreme
 from workers.suite.sampling import Processing, Sampler, SpecStep
 
 NEG_INF = float("-inf")
@@ -37,13 +37,16 @@ class Case:
     skip_reason: str | None = None
     #: Part of the ``--quick`` profile.
     quick: bool = True
+    #: An edge check: the fixture runs with every uniform fixed at this extreme (deterministic).
+    extreme: Extreme | None = None
 
     def build(self, sampler: Sampler, device: torch.device) -> Experiment:
         if self.make_experiment is not None:
             return self.make_experiment(device)
         if self.make_step is None:
             raise ValueError(f"case {self.id} has neither a fixture nor an experiment")
-        return ChainExperiment(self.make_step().to(device), sampler)
+        chain = ChainExperiment(self.make_step().to(device), sampler)
+        return chain if self.extreme is None else EdgeExperiment(chain, self.extreme)
 
     def step(self) -> SpecStep:
         """The chain-step fixture of a direct case."""
@@ -251,7 +254,44 @@ DIRECT_CASES: tuple[Case, ...] = (
     ),
 )
 
-CASES: tuple[Case, ...] = DIRECT_CASES
+
+def _p_zero_first_draft() -> SpecStep:
+    """V = 4, one draft: q = (1/2, 1/2, 0, 0), p = (0, 1/2, 1/2, 0). With u = 0 the draft is token 0 (the first
+    of q's support), which p forbids: it must be rejected and token 2 drawn from (p - q)+."""
+    with np.errstate(divide="ignore"):
+        draft = np.log(np.array([[0.5, 0.5, 0.0, 0.0]]))
+        target = np.log(np.array([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]]))
+    return _step(target, draft)
+
+
+def _edge(fixture: str, description: str, make: Callable[[], SpecStep], extreme: Extreme) -> Case:
+    where = "0" if extreme is Extreme.MIN else "just below 1"
+    return Case(
+        id=f"edge/{fixture}/{extreme.value}",
+        family="edge",
+        description=f"{description}; every uniform {where} (deterministic)",
+        epsilon=1.0,  # no statistical check: certain violations only
+        make_step=make,
+        extreme=extreme,
+    )
+
+
+#: Deterministic edge checks (DESIGN: rare events such as u == 0 are out of statistical reach): each
+#: fixture with every uniform at 0 and just below 1; any output outside the exact laws' support fails.
+EDGE_CASES: tuple[Case, ...] = tuple(
+    _edge(fixture, description, make, extreme)
+    for fixture, description, make in (
+        ("p_zero_draft/V4/g1", "a draft with q = 1/2 and p = 0 must be rejected", _p_zero_first_draft),
+        ("all_reject/V8/g3", "disjoint supports: every draft rejected", _disjoint("disjoint/V8/g3", 8, 3)),
+        ("all_accept/V64/g3", "p == q: every draft accepted", _equal("p_equals_q/V64/g3", 64, 3)),
+        ("q_zero_where_p/V64/g3", "q = 0 where p > 0: the residual covers it", _zero_where("q_zero_where_p/V64/g3", 64, 3, "draft")),
+        ("p_zero_where_q/V64/g3", "p = 0 where q > 0: never emitted", _zero_where("p_zero_where_q/V64/g3", 64, 3, "target")),
+        ("transformers_fixture/V10/g3", "transformers' target-distribution fixture", _transformers_fixture),
+    )
+    for extreme in (Extreme.MIN, Extreme.MAX)
+)
+
+CASES: tuple[Case, ...] = DIRECT_CASES + EDGE_CASES
 
 
 def select(patterns: Sequence[str] | None, cases: Sequence[Case] = CASES) -> tuple[Case, ...]:

@@ -45,6 +45,7 @@ def _verify(
     residual_rows: torch.Tensor | None = None,
     bonus_row: torch.Tensor | None = None,
     relax: float = 1.0,
+    accept_ties: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Speculative sampling with pieces swapped in; returns drafts, accept bits, final rows, uniforms."""
     p, q, gamma, device = step.target_probs, step.draft_probs, step.gamma, step.device
@@ -53,7 +54,8 @@ def _verify(
     rp = p[:gamma] if ratio_p is None else ratio_p
     rq = q if ratio_q is None else ratio_q
     u = uniforms(n, gamma, generator, device)
-    accept = u * relax < at(rp, drafts) / at(rq, drafts)
+    ratio = at(rp, drafts) / at(rq, drafts)
+    accept = u * relax <= ratio if accept_ties else u * relax < ratio
     residual = normalise_rows((p[:gamma] - rq).clamp(min=0)) if residual_rows is None else residual_rows
     bonus = p[gamma:] if bonus_row is None else bonus_row
     return drafts, accept, torch.cat((residual, bonus), dim=0), u
@@ -150,6 +152,11 @@ def relaxed_acceptance(step: SpecStep, n: int, generator: torch.Generator) -> Sp
     return _finish(*_verify(step, n, generator, relax=0.9)[:3], generator)
 
 
+def accept_on_tie(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+    """Accept while u <= ratio: a draft with p = 0 is accepted when u == 0 (transformers' comparison)."""
+    return _finish(*_verify(step, n, generator, accept_ties=True)[:3], generator)
+
+
 def n_accepted_sum_of_bits(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
     """n_accepted counts every accepted bit, not the accepted prefix."""
     drafts, accept, rows, _ = _verify(step, n, generator)
@@ -230,6 +237,7 @@ MUTANTS: dict[str, Mutant] = {
         _mutant(q_index_shifted),
         _mutant(reused_uniform),
         _mutant(relaxed_acceptance),
+        _mutant(accept_on_tie),
         _mutant(n_accepted_sum_of_bits),
         _mutant(rejected_draft_emitted),
         _mutant(target_topk_residual_only),

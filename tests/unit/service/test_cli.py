@@ -21,7 +21,7 @@ def _check(*args: str):
 def test_reference_passes_every_case():
     result = _check("--target", "reference")
     assert result.exit_code == 0, result.output
-    assert "all 20 case(s) passed" in result.output
+    assert "all 32 case(s) passed" in result.output
     assert "direct/transformers_target_distribution/V10/g3" in result.output
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.cases import DIRECT_CASES, Case
+from workers.suite.cases import DIRECT_CASES, EDGE_CASES, Case
 from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
@@ -223,7 +223,7 @@ class TransformersAdapter:
     def cases(self) -> tuple[Case, ...]:
         """Direct cases (skipped without _speculative_sampling) and the end-to-end cases."""
         if self.speculative_sampling is None:
-            direct = tuple(_skipped(c, "this version has no _speculative_sampling") for c in DIRECT_CASES)
+            direct = tuple(_skipped(c, "this version has no _speculative_sampling") for c in DIRECT_CASES + EDGE_CASES)
         else:
             # One Python call per trial (60 us; 1.4 ms at V = 50,257): the battery is designed at TV 0.1
             # here, 0.25 for the large vocabulary, and a cheap subset forms the quick profile.
@@ -235,6 +235,7 @@ class TransformersAdapter:
                 )
                 for c in DIRECT_CASES
             )
+            direct += EDGE_CASES  # deterministic: a few calls each, in every profile
         return direct + self._e2e_cases()
 
     def _e2e_cases(self) -> tuple[Case, ...]:

@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy import stats
 
-from workers.suite.cases import CASES, Case, select
+from workers.suite.cases import CASES, EDGE_CASES, Case, select
+from workers.suite.experiments import EDGE_TRIALS, Extreme, forced_uniforms
 from workers.suite.mutants import MUTANTS
 from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, derive_seed, run_case, run_suite
@@ -119,3 +120,39 @@ def test_acceptance_is_reported_against_its_expectation():
     assert result.acceptance.expected == pytest.approx(CASES[4].step().law.expected_accepted)
     assert result.acceptance.observed == pytest.approx(result.acceptance.expected, abs=0.02)
     assert np.isfinite(result.tv_ci[1])
+
+
+def test_forced_uniforms_fix_the_draws_then_hand_back_real_ones():
+    """At u_min every draw is 0; at u_max it is the largest value below 1 in the dtype asked for; after the
+    forced budget (a sampler looping until a draw changes) draws are real again, and leaving restores torch."""
+    real = torch.rand
+    with forced_uniforms(Extreme.MIN, draws=3):
+        assert torch.rand(2, 3, dtype=torch.float64).eq(0).all()
+        assert torch.rand_like(torch.ones(4)).eq(0).all()
+        assert torch.rand((5,), generator=torch.Generator().manual_seed(1)).eq(0).all()
+        assert not torch.rand(1000).eq(0).all()  # the budget is spent
+    with forced_uniforms(Extreme.MAX):
+        assert torch.rand(3, dtype=torch.float32).eq(1 - 2.0**-24).all()
+        assert torch.rand(3, dtype=torch.float64).eq(1 - 2.0**-53).all()
+    assert torch.rand is real
+
+
+def test_edge_checks_pass_the_reference_and_catch_a_tie_accepting_sampler():
+    """``u <= p/q`` differs from ``u < p/q`` only when u == p/q, probability 0 for continuous u (2**-53 for
+    float64 draws): no sample size shows it, the u_min edge check fails it with certainty."""
+    reference = run_suite(EDGE_CASES, reference_sampler, SuiteConfig())
+    assert reference.verdict == Verdict.PASS, [r.reason for r in reference.results if r.verdict != Verdict.PASS]
+    assert all(r.n_trials == EDGE_TRIALS for r in reference.results)
+    ties = run_suite(EDGE_CASES, MUTANTS["accept_on_tie"].sampler, SuiteConfig())
+    failed = {r.case_id for r in ties.results if r.verdict == Verdict.FAIL}
+    assert "edge/p_zero_draft/V4/g1/u_min" in failed
+    assert all(case.endswith("/u_min") for case in failed)
+    first = next(r for r in ties.results if r.case_id == "edge/p_zero_draft/V4/g1/u_min")
+    assert first.lossless == Verdict.FAIL
+    assert "has probability 0 (every uniform at u_min)" in first.reason
+    # Statistically the mutant is the reference: the same seed gives the same direct-case counts.
+    direct = select(["direct/p_zero_where_q/V64/g3"])
+    same = [
+        run_suite(direct, s, SuiteConfig(seed=5)).results[0].counts_digest for s in (reference_sampler, MUTANTS["accept_on_tie"].sampler)
+    ]
+    assert same[0] == same[1]

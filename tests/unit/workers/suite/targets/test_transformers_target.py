@@ -196,3 +196,26 @@ def test_finding_speculative_sampling_accepts_a_p_zero_draft_when_the_uniform_is
     generator = torch.Generator().manual_seed(0)
     zeros = sum(int((torch.rand(1 << 24, generator=generator) == 0).sum()) for _ in range(8))
     assert zeros > 0  # torch.rand does return 0.0 (5 times in 2**27 draws with this seed)
+
+
+def test_finding_edge_checks_on_the_installed_release(target):
+    """The suite's edge checks on 5.24.0 (docs/findings.md): with every uniform at 0 the p = 0 drafts are
+    accepted (expected failures, the `<=` comparison); with every uniform just below 1 the target-distribution
+    fixture drafts a token with q ~ 2e-9 and p = 0, and `_speculative_sampling` raises (its residual (p - q)+
+    is all zeros in float32). Every other edge check passes."""
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
+    run = _run(target, ["edge/*"])
+    verdicts = {r.case_id: r for r in run.results}
+    failed = {case for case, r in verdicts.items() if r.verdict == Verdict.FAIL}
+    assert failed == {
+        "edge/p_zero_draft/V4/g1/u_min",
+        "edge/all_reject/V8/g3/u_min",
+        "edge/p_zero_where_q/V64/g3/u_min",
+        "edge/transformers_fixture/V10/g3/u_min",
+    }
+    assert all(verdicts[case].lossless == Verdict.FAIL for case in failed)
+    crashed = verdicts["edge/transformers_fixture/V10/g3/u_max"]
+    assert crashed.verdict == Verdict.ERROR
+    assert "probability tensor contains either `inf`, `nan` or element < 0" in crashed.reason
+    assert {r.verdict for case, r in verdicts.items() if case not in failed | {crashed.case_id}} == {Verdict.PASS}
