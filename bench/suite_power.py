@@ -3,7 +3,7 @@
 Three measurements:
 
 1. **Mutant detection.** Every mutant of ``workers.suite.mutants.MUTANTS`` runs the whole battery
-   ``workers.suite.cases.CASES`` through ``run_suite`` with the default ``SuiteConfig(seed=s,
+   ``workers.suite.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
    fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
    most frequent over seeds), the failed layer(s), the median ``n_trials`` of the failing case, the
    median trials at which its decisive check rejected, and the median trials spent in the cases run
@@ -279,6 +279,24 @@ def mutant_section(mutants: Sequence[Mutant], seeds: int, mc_trials: int, beta: 
         alpha_test = 1.0 / same[0].threshold
         thresholds.update(o.threshold for o in same)
         seq_alarm = median_int([o.alarm_trials for o in same])
+        if cases[case_id].extreme is not None:  # a deterministic edge check: no sample size applies
+            edge = f"none: edge check ({cases[case_id].extreme.value})"
+            rows.append(
+                [
+                    label,
+                    short_case(case_id),
+                    layers,
+                    f"{hits}/{seeds}",
+                    fmt_n(median_int([o.n_trials for o in same])),
+                    "-",
+                    fmt_n(median_int([o.trials_before for o in same])),
+                    "certain violation",
+                    edge,
+                    "-",
+                    "-",
+                ]
+            )
+            continue
         laws = mutant_laws(cases[case_id], mutant.sampler, mc_trials, seed=_stable_seed(mutant.name, case_id))
         law = laws.get(check) if check is not None else None
         best_name, best_law = min(laws.items(), key=lambda kv: kv[1].power_key(alpha_test, beta))
