@@ -16,6 +16,9 @@ The story of a failing commit:
    one (:func:`workers.analysis.bisect`), one midpoint run at a time, each a ``bisection`` run whose parent
    is the confirmed run. A commit is bad when one of the confirmed cases fails in its run, good when they
    all pass, unknown (never retested) when its run is an error.
+   Failing cases already in an unresolved alert of the branch (same case, same reason) are known and set
+   aside first: only new failures are confirmed, bisected and alerted, so a standing failure never hides
+   a later regression.
 4. The alert is opened once the first bad commit is known: ``INSERT .. ON CONFLICT DO NOTHING`` on
    (target, branch, first bad commit, kind), so two workers naming the same first bad commit make one alert
    (the second merges its cases); the outbox rows are written only by the insert that created it.
@@ -187,6 +190,10 @@ def analyse(session: Session, run_id: int, *, config: AnalysisConfig, now: datet
 def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
     session, config, report = ctx.session, ctx.config, ctx.report
     kind = Kind(analysis["kind"]) if analysis["kind"] else None
+    if kind in (Kind.VIOLATION, Kind.PERFORMANCE):
+        kind, analysis["failing"], analysis["known_failing"] = _new_failures(session, run, cases)
+        analysis["kind"] = kind.value if kind else None
+        report.kind = analysis["kind"]
     failing: list[str] = analysis["failing"]
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure"}.get(run.status, "error")
@@ -216,6 +223,47 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
             _open_alert(ctx, run, AlertKind.performance, commit, drifting)
     if run.status is not RunStatus.error:
         _resolve_recovered(ctx, run, cases)
+
+
+def _failure_reason(case: CaseResult) -> str:
+    return "lossless" if case.lossless is False else "conformance"
+
+
+def _known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
+    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit."""
+    commit = run.commit
+    alerts = session.scalars(
+        select(Alert)
+        .join(Commit, Alert.first_bad_commit_id == Commit.id)
+        .where(
+            Alert.target_id == commit.target_id,
+            Alert.branch == alert_branch(commit),
+            Alert.state != AlertState.resolved,
+            Alert.kind.in_([AlertKind.violation, AlertKind.performance]),
+            Commit.branch_order <= (commit.branch_order or 0),
+        )
+    )
+    return {(entry["case_id"], entry.get("reason", "")) for alert in alerts for entry in alert.cases}
+
+
+def _new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[Kind | None, list[str], list[str]]:
+    """The run's kind and failing cases once the known failures are set aside, and the known ones.
+
+    A case that already fails in an unresolved alert of the branch (for the same reason) is known: it
+    keeps failing until that alert resolves, and counting it again would make every later regression's
+    bisection land on the old first bad commit (merged quietly into the old alert). New lossless
+    failures make a VIOLATION; otherwise new conformance-only failures a PERFORMANCE regression.
+    """
+    known = _known_failures(session, run)
+    failing = sorted((c for c in cases.values() if c.verdict is Verdict.fail), key=lambda c: c.case_id)
+    fresh = [c for c in failing if (c.case_id, _failure_reason(c)) not in known]
+    already = [c.case_id for c in failing if c not in fresh]
+    lossy = [c.case_id for c in fresh if _failure_reason(c) == "lossless"]
+    if lossy:
+        return Kind.VIOLATION, lossy, already
+    if fresh:
+        return Kind.PERFORMANCE, [c.case_id for c in fresh], already
+    return None, [], already
 
 
 def _child_run(session: Session, parent: Run, commit: Commit, purpose: RunPurpose, *, seed_attempt: int = 0) -> Run | None:
@@ -399,7 +447,8 @@ def _continue_bisection_of(ctx: _Context, run: Run) -> None:
 def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResult]], entries: Sequence[dict[str, Any]]) -> Outcome | None:
     """Good, bad or unknown (broken) for the alert's cases; None while its only runs are unfinished.
 
-    Bad: one of the cases fails, or a drift case drifts from the baseline the alert measured it against.
+    Bad: one of the cases fails for its entry's reason (a lossless entry needs its losslessness to fail,
+    not its conformance alone), or a drift case drifts from the baseline the alert measured it against.
     """
     finished = [r for r in runs if r.status in ANALYSABLE]
     if not finished:
@@ -412,7 +461,11 @@ def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResul
         case = results.get(entry["case_id"])
         if case is None:
             continue
-        if case.verdict is Verdict.fail or (entry.get("reason") == "drift" and _still_drifting(entry, case)):
+        reason = entry.get("reason")
+        if reason == "drift":
+            if case.verdict is Verdict.fail or _still_drifting(entry, case):
+                return Outcome.BAD
+        elif case.verdict is Verdict.fail and (reason != "lossless" or case.lossless is False):
             return Outcome.BAD
     return Outcome.GOOD
 

@@ -1,0 +1,90 @@
+"""A standing failure does not hide a later regression: analysis on stored runs (no suite executed).
+
+Target ``lib`` on ``main``: commit 1 passes cases A and B; commit 2 fails A (an alert, first bad 2);
+commit 3 fails A and, newly, B; commit 4 fails A only; commit 5 passes both. Confirmation is off, so
+each primary run is decided on its own results.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope
+from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Target, Verdict
+from workers.alerts import AnalysisConfig, analyse
+
+A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
+THRESHOLD = 1e4
+CONFIG = AnalysisConfig(confirm_failures=False)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _run(session: Session, commit: Commit, failing: set[str], *, lossless: bool = False) -> int:
+    run = Run(commit=commit, profile="quick", status=RunStatus.failed if failing else RunStatus.passed)
+    session.add(run)
+    session.flush()
+    for case_id in (A, B):
+        fails = case_id in failing
+        log_e = math.log(THRESHOLD) + 5.0 if fails else -1.0
+        session.add(
+            CaseResult(
+                run_id=run.id,
+                case_id=case_id,
+                verdict=Verdict.fail if fails else Verdict.pass_,
+                lossless=lossless if fails else True,
+                conformance=not fails if lossless else True,
+                n_trials=10_000,
+                e_value=math.exp(log_e),
+                log_e_value=log_e,
+                threshold=THRESHOLD,
+            )
+        )
+    session.flush()
+    return run.id
+
+
+def _alerts(session: Session) -> list[Alert]:
+    return list(session.scalars(select(Alert).order_by(Alert.id)))
+
+
+def test_a_new_failure_beside_a_standing_one_gets_its_own_alert(rolled_back_factory: sessionmaker[Session]) -> None:
+    with session_scope(rolled_back_factory) as session:
+        target = Target(name="lib", repo_url="https://github.com/acme/lib", adapter="x", branches=["main"])
+        commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, 6)]
+        session.add_all(commits)
+        session.flush()
+        history = [set(), {A}, {A, B}, {A}, set()]
+        reports = [analyse(session, _run(session, c, failing), config=CONFIG, now=NOW) for c, failing in zip(commits, history, strict=True)]
+
+        first, second = _alerts(session)
+        assert (first.kind, first.first_bad_commit_id, [e["case_id"] for e in first.cases]) == (AlertKind.violation, commits[1].id, [A])
+        # Without setting A aside, commit 2 would count as bad for B too and B would merge into the first alert.
+        assert (second.kind, second.first_bad_commit_id, [e["case_id"] for e in second.cases]) == (AlertKind.violation, commits[2].id, [B])
+        assert second.last_good_commit_id == commits[1].id
+        assert (reports[2].kind, reports[3].kind) == ("violation", None)  # commit 4: A is known, nothing new
+        runs = {r.id: r for r in session.scalars(select(Run))}
+        analysis_3 = runs[reports[2].run_id].analysis or {}
+        analysis_4 = runs[reports[3].run_id].analysis or {}
+        assert (analysis_3["failing"], analysis_3["known_failing"]) == ([B], [A])
+        assert (analysis_4["failing"], analysis_4["known_failing"]) == ([], [A])
+        # Commit 5 passes both: both alerts resolve.
+        assert {a.state for a in _alerts(session)} == {AlertState.resolved}
+
+
+def test_a_known_conformance_failure_turning_lossy_is_new(rolled_back_factory: sessionmaker[Session]) -> None:
+    with session_scope(rolled_back_factory) as session:
+        target = Target(name="lib2", repo_url="https://github.com/acme/lib2", adapter="x", branches=["main"])
+        commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, 4)]
+        session.add_all(commits)
+        session.flush()
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _run(session, commits[1], {A}, lossless=True), config=CONFIG, now=NOW)  # conformance only
+        analyse(session, _run(session, commits[2], {A}), config=CONFIG, now=NOW)  # now lossless too
+
+        performance, violation = _alerts(session)
+        assert (performance.kind, performance.first_bad_commit_id) == (AlertKind.performance, commits[1].id)
+        assert (violation.kind, violation.first_bad_commit_id) == (AlertKind.violation, commits[2].id)
