@@ -204,7 +204,12 @@ def forced_uniforms(extreme: Extreme, draws: int = FORCED_DRAWS) -> Iterator[Non
     def rand(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **kwargs: Any) -> torch.Tensor:
         if not forced():
             return real_rand(*size, dtype=dtype, device=device, **kwargs)
+        if "size" in kwargs:
+            size = (kwargs["size"],)
         shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], tuple | list | torch.Size) else tuple(size)
+        out = kwargs.get("out")
+        if isinstance(out, torch.Tensor):
+            return out.resize_(shape).fill_(extreme.uniform(out.dtype))
         dtype = dtype or torch.get_default_dtype()
         return torch.full(shape, extreme.uniform(dtype), dtype=dtype, device=device)
 

@@ -134,6 +134,10 @@ def test_forced_uniforms_fix_the_draws_then_hand_back_real_ones():
     with forced_uniforms(Extreme.MAX):
         assert torch.rand(3, dtype=torch.float32).eq(1 - 2.0**-24).all()
         assert torch.rand(3, dtype=torch.float64).eq(1 - 2.0**-53).all()
+        assert torch.rand(size=(2, 2)).shape == (2, 2)
+        out = torch.empty(5, dtype=torch.float64)
+        torch.rand(5, out=out)
+        assert out.eq(1 - 2.0**-53).all()
     assert torch.rand is real
 
 
