@@ -279,6 +279,15 @@ def mutant_section(mutants: Sequence[Mutant], seeds: int, mc_trials: int, beta: 
         alpha_test = 1.0 / same[0].threshold
         thresholds.update(o.threshold for o in same)
         seq_alarm = median_int([o.alarm_trials for o in same])
+        if missed:
+            notes.append(f"{mutant.name}: battery PASSED on {missed}/{seeds} seeds (missed)")
+        if len(same) < len(detected):
+            others = Counter(short_case(o.case_id) for o in detected if o.case_id != case_id and o.case_id is not None)
+            notes.append(f"{mutant.name}: other detecting cases on some seeds: {dict(others)}")
+        if mutant.lossless and any("lossless" in o.layers for o in detected):
+            notes.append(f"{mutant.name}: lossless by design but the LOSSLESS layer failed (a false alarm?)")
+        if errors := sum(o.errors for o in outcomes):
+            notes.append(f"{mutant.name}: {errors} case(s) errored")
         if cases[case_id].extreme is not None:  # a deterministic edge check: no sample size applies
             edge = f"none: edge check ({cases[case_id].extreme.value})"
             rows.append(
@@ -334,15 +343,6 @@ def mutant_section(mutants: Sequence[Mutant], seeds: int, mc_trials: int, beta: 
                     f"{time.perf_counter() - started:.1f}",
                 ]
             )
-        if missed:
-            notes.append(f"{mutant.name}: battery PASSED on {missed}/{seeds} seeds (missed)")
-        if len(same) < len(detected):
-            others = Counter(short_case(o.case_id) for o in detected if o.case_id != case_id and o.case_id is not None)
-            notes.append(f"{mutant.name}: other detecting cases on some seeds: {dict(others)}")
-        if mutant.lossless and any("lossless" in o.layers for o in detected):
-            notes.append(f"{mutant.name}: lossless by design but the LOSSLESS layer failed (a false alarm?)")
-        if errors := sum(o.errors for o in outcomes):
-            notes.append(f"{mutant.name}: {errors} case(s) errored")
     print_table(
         f"1. Mutant detection: run_suite(CASES, mutant, SuiteConfig(seed=s, fail_fast=True)), seeds 0..{seeds - 1}; "
         f"fixed-n Pearson at alpha_test = 1/threshold (threshold m/alpha = {', '.join(f'{t:.4g}' for t in sorted(thresholds))}), "

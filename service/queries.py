@@ -254,7 +254,7 @@ class RunDetail:
 
 def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None) -> CaseRow:
     before = (previous or {}).get(result.case_id)
-    same = None if before is None or result.fingerprint is None else before == result.fingerprint
+    same = None if not before or not result.fingerprint else before == result.fingerprint  # "": no output
     return CaseRow(
         case_id=result.case_id,
         verdict=result.verdict,

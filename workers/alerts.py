@@ -256,7 +256,9 @@ def _new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> t
     """
     known = _known_failures(session, run)
     failing = sorted((c for c in cases.values() if c.verdict is Verdict.fail), key=lambda c: c.case_id)
-    fresh = [c for c in failing if (c.case_id, _failure_reason(c)) not in known]
+    # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
+    # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
+    fresh = [c for c in failing if (c.case_id, _failure_reason(c)) not in known and (c.case_id, "lossless") not in known]
     already = [c.case_id for c in failing if c not in fresh]
     lossy = [c.case_id for c in fresh if _failure_reason(c) == "lossless"]
     if lossy:
@@ -337,7 +339,11 @@ def _drift(session: Session, run: Run, cases: dict[str, CaseResult], config: Ana
     measured = [
         c
         for c in cases.values()
-        if c.verdict is Verdict.pass_ and c.acceptance_observed is not None and c.n_trials and case_gamma(c.case_id)
+        if c.verdict is Verdict.pass_
+        and c.acceptance_observed is not None
+        and c.n_trials
+        and case_gamma(c.case_id)
+        and not c.case_id.startswith("edge/")  # deterministic paths, not samples of the acceptance rate
     ]
     if not measured:
         return []
@@ -403,7 +409,10 @@ def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult],
         entry["confirmation_verdict"] = cases[case_id].verdict.value
         entries.append(entry)
     analysis["confirmed"] = [e["case_id"] for e in entries]
-    status = "confirmed" if entries else ("unconfirmable" if run.status is RunStatus.error else "not-confirmed")
+    if entries or (parent.analysis or {}).get("known_failing"):  # a known failure still fails the commit
+        status = "confirmed" if entries else "failure"
+    else:
+        status = "unconfirmable" if run.status is RunStatus.error else "not-confirmed"
     ctx.report.notifications += queue_commit_status(session, ctx.config.notify, parent, status)
     if not entries:
         log.info("failure_not_confirmed run_id=%s confirmation_run_id=%s", parent.id, run.id)
@@ -502,13 +511,15 @@ def _bisect_step(ctx: _Context, detected: Run, state: dict[str, Any]) -> None:
         cases_of.setdefault(case.run_id, {})[case.case_id] = case
     entries = list(bisection["cases"])
     outcomes: dict[str, Outcome] = {}
+    # Commits whose run for this search is still going: its analysis resumes the search. Another run of the
+    # commit (its own primary run, another search's) would not, so the search queues its own then.
     in_flight: set[str] = set()
     for c in commits:
         mine = [r for r in runs if r.commit_id == c.id]
         outcome = _commit_outcome(mine, cases_of, entries)
         if outcome is not None:
             outcomes[c.sha] = outcome
-        elif mine:
+        elif any(r.parent_run_id == detected.id for r in mine):
             in_flight.add(c.sha)
     if bisection.get("after_sha"):
         outcomes[bisection["after_sha"]] = Outcome.GOOD

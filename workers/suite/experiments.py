@@ -84,6 +84,9 @@ class ChainExperiment:
     cells of any check, e.g. an emitted token with p_t = 0).
     """
 
+    #: Fingerprint probe: one vectorised batch is cheap.
+    probe_trials = 1024
+
     def __init__(self, step: SpecStep, sampler: Sampler) -> None:
         self.step = step
         self.sampler = sampler
@@ -241,6 +244,8 @@ class EdgeExperiment:
     a draft with p = 0 when u == 0; a ratio of exactly 1 rounded below u). Outputs outside the support
     are certain violations; there is no statistical check, so nothing is added to the run's tests.
     """
+
+    probe_trials = EDGE_TRIALS
 
     def __init__(self, chain: ChainExperiment, extreme: Extreme) -> None:
         self.chain = chain

@@ -93,10 +93,16 @@ def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
 FINGERPRINT_SEED = 0
 
 
-def probe_trials(cap: int, first_batch: int) -> int:
-    """Trials of the fingerprint probe: 1/64 of the case's cap (about 1.5 % more trials), at least 16, at
-    most one first batch (and never more than the cap)."""
-    return min(cap, first_batch, max(16, cap // 64))
+#: Probe trials of an experiment that does not say how many it wants.
+DEFAULT_PROBE_TRIALS = 64
+
+
+def probe_trials(experiment: Experiment, first_batch: int) -> int:
+    """Trials of the fingerprint probe: what the experiment asks for (``probe_trials``: many for cheap
+    vectorised chain steps, few for ``generate()`` calls), at most one first batch. It depends on the case
+    alone, never on the run's other cases, so equal behaviour gives equal fingerprints."""
+    wanted = getattr(experiment, "probe_trials", DEFAULT_PROBE_TRIALS)
+    return max(1, min(first_batch, int(wanted)))
 
 
 def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
@@ -218,7 +224,7 @@ def run_case(
     else:
         cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
     state = _CaseState(experiment.checks, math.log(threshold))
-    state.fingerprint = output_fingerprint(case, experiment, probe_trials(cap, config.first_batch), config.device)
+    state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
     batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
     timed_out = False
     while state.trials < cap and not state.done():
@@ -277,6 +283,10 @@ def _case_result(
     conformance = Verdict.FAIL if state.failed(Layer.CONFORMANCE) else Verdict.PASS
     verdict = Verdict.FAIL if Verdict.FAIL in (lossless, conformance) else Verdict.PASS
     decisive = _decisive(checks, lossless)
+    # A certain violation in the failed layer refutes the law outright (infinite evidence, log E None), even
+    # when no check counted it (deterministic experiments, malformed output).
+    failed_layer = Layer.LOSSLESS if lossless == Verdict.FAIL else (Layer.CONFORMANCE if conformance == Verdict.FAIL else None)
+    certain = failed_layer is not None and failed_layer in state.violations
     designed = {c.name for c in experiment.checks if c.reach >= MIN_DESIGN_REACH}
     powered = verdict == Verdict.FAIL or (
         not timed_out
@@ -302,8 +312,8 @@ def _case_result(
         n_trials=state.trials,
         trial_cap=cap,
         powered=powered,
-        e_value=decisive.e_value if decisive else 1.0,
-        log_e_value=decisive.log_e_value if decisive else 0.0,
+        e_value=capped_e(math.inf) if certain else (decisive.e_value if decisive else 1.0),
+        log_e_value=None if certain else (decisive.log_e_value if decisive else 0.0),
         p_value=p_value,
         threshold=threshold,
         tv_estimate=decisive.tv_estimate if decisive else None,

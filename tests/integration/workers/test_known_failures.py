@@ -14,8 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Target, Verdict
+from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
 from workers.alerts import AnalysisConfig, analyse
+from workers.notify import NotifyConfig
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
 THRESHOLD = 1e4
@@ -88,3 +89,84 @@ def test_a_known_conformance_failure_turning_lossy_is_new(rolled_back_factory: s
         performance, violation = _alerts(session)
         assert (performance.kind, performance.first_bad_commit_id) == (AlertKind.performance, commits[1].id)
         assert (violation.kind, violation.first_bad_commit_id) == (AlertKind.violation, commits[2].id)
+
+
+def _commits(session: Session, name: str, count: int) -> list[Commit]:
+    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
+    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
+    session.add_all(commits)
+    session.flush()
+    return commits
+
+
+def test_a_known_lossless_failure_covers_its_conformance_only_failures(rolled_back_factory: sessionmaker[Session]) -> None:
+    with session_scope(rolled_back_factory) as session:
+        commits = _commits(session, "lib3", 3)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # lossless: an alert
+        report = analyse(session, _run(session, commits[2], {A}, lossless=True), config=CONFIG, now=NOW)  # conformance only
+        assert report.kind is None
+        assert len(_alerts(session)) == 1
+
+
+def test_certain_failures_are_confirmed(rolled_back_factory: sessionmaker[Session]) -> None:
+    """A deterministic check's failure has no finite e-value (log E None): its rerun confirms it."""
+    with session_scope(rolled_back_factory) as session:
+        (commit,) = _commits(session, "lib4", 1)
+        run_id = _run(session, commit, {A})
+        for case in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == A)):
+            case.log_e_value = None
+        (confirmation_id,) = analyse(session, run_id, config=AnalysisConfig(), now=NOW).queued
+        confirmation = session.get_one(Run, confirmation_id)
+        confirmation.status = RunStatus.failed
+        session.add(
+            CaseResult(run_id=confirmation_id, case_id=A, verdict=Verdict.fail, lossless=False, conformance=False, threshold=THRESHOLD)
+        )
+        session.flush()
+        analyse(session, confirmation_id, config=AnalysisConfig(), now=NOW)
+        (alert,) = _alerts(session)
+        assert (alert.kind, alert.confirmed) == (AlertKind.violation, True)
+
+
+def test_a_search_does_not_wait_on_another_run_of_its_midpoint(rolled_back_factory: sessionmaker[Session]) -> None:
+    """Commit 2's own (primary) run is still queued when commit 3's failure is bisected: the search queues
+    its own run of commit 2 rather than wait for one whose analysis would never resume it."""
+    with session_scope(rolled_back_factory) as session:
+        commits = _commits(session, "lib5", 3)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        queued = Run(commit=commits[1], profile="quick", status=RunStatus.queued)
+        session.add(queued)
+        session.flush()
+        report = analyse(session, _run(session, commits[2], {A}), config=CONFIG, now=NOW)
+        (child_id,) = report.queued
+        child = session.get_one(Run, child_id)
+        assert (child.commit_id, child.purpose, child.parent_run_id) == (commits[1].id, RunPurpose.bisection, report.run_id)
+
+
+def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed(rolled_back_factory: sessionmaker[Session]) -> None:
+    config = AnalysisConfig(confirm_failures=True, notify=NotifyConfig(github=True))
+    with session_scope(rolled_back_factory) as session:
+        commits = _commits(session, "lib6", 3)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # A: an alert
+        primary = _run(session, commits[2], {A, B})  # A known, B new
+        (confirmation_id,) = analyse(session, primary, config=config, now=NOW).queued
+        session.get_one(Run, confirmation_id).status = RunStatus.failed
+        for case_id in (A, B):  # the rerun fails A again but not B: B is not confirmed
+            fails = case_id == A
+            session.add(
+                CaseResult(
+                    run_id=confirmation_id,
+                    case_id=case_id,
+                    verdict=Verdict.fail if fails else Verdict.pass_,
+                    lossless=not fails,
+                    conformance=True,
+                    log_e_value=math.log(THRESHOLD) + 5 if fails else -1.0,
+                    threshold=THRESHOLD,
+                )
+            )
+        session.flush()
+        analyse(session, confirmation_id, config=config, now=NOW)
+        events = list(session.scalars(select(Notification.event).where(Notification.run_id == primary).order_by(Notification.id)))
+        assert events == ["confirming", "failure"]
+        assert len(_alerts(session)) == 1

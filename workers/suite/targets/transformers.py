@@ -418,6 +418,9 @@ class GenerateExperiment:
     (Hugging Face's order: temperature, top-k, top-p).
     """
 
+    #: Fingerprint probe: one generate() call per trial.
+    probe_trials = 48
+
     def __init__(
         self,
         transformers: ModuleType,
@@ -494,6 +497,8 @@ class GreedyEquivalenceExperiment:
     """``do_sample=False``: assisted generation must return exactly plain greedy's tokens."""
 
     prompts = 64
+    #: Fingerprint probe: two generate() calls per prompt.
+    probe_trials = 8
 
     def __init__(
         self,

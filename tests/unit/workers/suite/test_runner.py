@@ -13,7 +13,7 @@ from scipy import stats
 from workers.suite.cases import CASES, EDGE_CASES, Case, select
 from workers.suite.experiments import EDGE_TRIALS, Extreme, forced_uniforms
 from workers.suite.mutants import MUTANTS
-from workers.suite.results import Verdict
+from workers.suite.results import E_VALUE_CAP, Verdict
 from workers.suite.runner import SuiteConfig, derive_seed, run_case, run_suite
 from workers.suite.sampling import SpecStep, reference_sampler
 
@@ -154,9 +154,25 @@ def test_edge_checks_pass_the_reference_and_catch_a_tie_accepting_sampler():
     first = next(r for r in ties.results if r.case_id == "edge/p_zero_draft/V4/g1/u_min")
     assert first.lossless == Verdict.FAIL
     assert "has probability 0 (every uniform at u_min)" in first.reason
+    # A certain violation is infinite evidence (log E None), so a confirmation run can confirm it.
+    assert (first.log_e_value, first.e_value) == (None, E_VALUE_CAP)
     # Statistically the mutant is the reference: the same seed gives the same direct-case counts.
     direct = select(["direct/p_zero_where_q/V64/g3"])
     same = [
         run_suite(direct, s, SuiteConfig(seed=5)).results[0].counts_digest for s in (reference_sampler, MUTANTS["accept_on_tie"].sampler)
     ]
     assert same[0] == same[1]
+
+
+def test_fingerprints_do_not_depend_on_the_rest_of_the_run():
+    """The probe's size comes from the case alone: the same case with more tests in its run (a larger
+    threshold, a larger cap) keeps its fingerprint; the run's seed never enters it."""
+    experiment = TINY.build(reference_sampler, torch.device("cpu"))
+    small = run_case(TINY, experiment, SuiteConfig(seed=1, epsilon=0.05), len(experiment.checks))
+    large = run_case(TINY, experiment, SuiteConfig(seed=2, attempt=1, epsilon=0.05), 50 * len(experiment.checks))
+    assert small.trial_cap != large.trial_cap
+    assert small.fingerprint == large.fingerprint
+    mutant = run_case(
+        TINY, TINY.build(MUTANTS["swapped_residual"].sampler, torch.device("cpu")), SuiteConfig(seed=1), len(experiment.checks)
+    )
+    assert mutant.fingerprint != small.fingerprint
