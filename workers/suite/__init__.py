@@ -3,4 +3,4 @@
 #: Version of the statistics and runner; recorded with every run.
 SUITE_VERSION = "0.1.0"
 #: Version of the case catalogue (fixtures, designs); bump when any case changes.
-CATALOGUE_VERSION = "2026.12.2"
+CATALOGUE_VERSION = "2026.12.3"

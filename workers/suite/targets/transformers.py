@@ -10,6 +10,7 @@ skipped with its reason.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import inspect
@@ -389,13 +390,27 @@ _ASSISTANT_WORDS = ("<u>", "a", "b", "c", "x", "y", "d")
 
 
 def word_tokenizer(transformers: ModuleType, words: Sequence[str]) -> Any:
-    """A whitespace word-level fast tokenizer built offline with the tokenizers library."""
+    """A whitespace word-level fast tokenizer built offline with the tokenizers library.
+
+    ``get_vocab()`` lists the tokens in a fixed order (by the SHA-256 of each token), not in the order of
+    the library's hash map, which changes from process to process: code that depends on that order
+    (universal assisted generation's translator does) then behaves the same in every run, as the recorded
+    seed promises. Like most real vocabularies', the order is not the id order.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415 - optional
 
     backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=words[0]))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
+    unordered = tokenizer.get_vocab
+
+    def get_vocab() -> dict[str, int]:
+        vocab = unordered()
+        return {token: vocab[token] for token in sorted(vocab, key=lambda t: hashlib.sha256(t.encode()).hexdigest())}
+
+    tokenizer.get_vocab = get_vocab
+    return tokenizer
 
 
 def _resolve_options(transformers: ModuleType, options: dict[str, Any], draft: Any, device: torch.device) -> dict[str, Any]:
