@@ -214,7 +214,7 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
     drifting = _drift(session, run, cases, config)
     if drifting:
         analysis["drift"] = [e["case_id"] for e in drifting]
-        baseline = _newest_passing(session, run)
+        baseline = _newest_before(session, run, RunStatus.passed)
         if kind is None and baseline is not None:
             # Bisected between the newest passing commit (the baseline's newest, good by definition) and
             # this one: a commit is bad when a drifting case drifts from the same baseline there too.
@@ -289,7 +289,7 @@ def _child_run(session: Session, parent: Run, commit: Commit, purpose: RunPurpos
 
 def _unchanged_cases(session: Session, run: Run, cases: dict[str, CaseResult]) -> list[str]:
     """Cases whose seeded output fingerprint equals the previous tested commit's on the branch."""
-    previous = _previous_run(session, run)
+    previous = _newest_before(session, run, RunStatus.passed, RunStatus.failed)
     if previous is None:
         return []
     before = _cases(session, previous.id)
@@ -317,16 +317,11 @@ def _branch_runs(run: Run) -> Select[Any]:
     )
 
 
-def _newest_passing(session: Session, run: Run) -> Run | None:
-    query = _branch_runs(run).where(Run.status == RunStatus.passed)
+def _newest_before(session: Session, run: Run, *statuses: RunStatus) -> Run | None:
+    """The newest of ``_branch_runs(run)`` in one of ``statuses``."""
+    query = _branch_runs(run).where(Run.status.in_(statuses))
     newest: Run | None = session.scalars(query.order_by(Commit.branch_order.desc(), Run.id.desc()).limit(1)).first()
     return newest
-
-
-def _previous_run(session: Session, run: Run) -> Run | None:
-    query = _branch_runs(run).where(Run.status.in_([RunStatus.passed, RunStatus.failed]))
-    previous: Run | None = session.scalars(query.order_by(Commit.branch_order.desc(), Run.id.desc()).limit(1)).first()
-    return previous
 
 
 # ------------------------------------------------------------------------------------------------- drift
