@@ -15,6 +15,7 @@ from service.app import create_app
 from service.auth import hash_token
 from service.settings import Settings
 from tests.support.history import CASES, FAILING_CASE, FIRST_FAILING, TARGET, Seeded, seed_history
+from tests.support.workers import REDIS_SERVER
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ WRITE_TOKEN, READ_TOKEN = "write-token-for-tests", "read-token-for-tests"
 WRITE = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 READ = {"Authorization": f"Bearer {READ_TOKEN}"}
 # Redis database 15 is the control plane's tests' (the workers' tests use 12 and below).
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = f"{REDIS_SERVER}/15"
 
 
 class NoProducer:

@@ -23,7 +23,9 @@ from workers.settings import get_worker_settings
 ROOT = Path(__file__).resolve().parents[2]
 # A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
 # 13 and above are left to the control plane's tests.
-REDIS_URL = f"redis://127.0.0.1:6379/{12 - int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
+# The server is SPECWATCH_TEST_REDIS_URL (default: the local one), so that two checkouts can test side by side.
+REDIS_SERVER = os.environ.get("SPECWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+REDIS_URL = f"{REDIS_SERVER}/{12 - int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
 # A secret that must never reach the code under test.
 WEBHOOK_SECRET = "super-secret-webhook-key"
 
