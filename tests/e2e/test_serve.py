@@ -73,8 +73,9 @@ def sqlite_factory(sqlite_url: str) -> Iterator[sessionmaker[Session]]:
 
 
 @pytest.fixture
-def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[Callable[[], Served]]:
-    """Start ``specwatch serve --port 0`` on ``sqlite_url``; every one started is stopped at the end."""
+def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[Callable[..., Served]]:
+    """Start ``specwatch serve --port 0`` on ``sqlite_url`` (keyword arguments: more environment variables);
+    every one started is stopped at the end."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
     env.update(
         SPECWATCH_WEBHOOK_SECRET=SECRET,
@@ -91,11 +92,13 @@ def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[
     workdir.mkdir()
     started: list[Served] = []
 
-    def start() -> Served:
+    def start(**more_env: str) -> Served:
         log = tmp_path / f"serve-{len(started)}.log"
         command = [SPECWATCH, "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", sqlite_url]
         with log.open("wb") as out:
-            proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                command, cwd=workdir, env={**env, **more_env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         served = Served(proc, log)
         started.append(served)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -129,3 +130,27 @@ def rolled_back_factory(postgres_engine: Engine) -> Iterator[sessionmaker[Sessio
             yield sessionmaker(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
         finally:
             transaction.rollback()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per test process; tests copy it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "specwatch.db"
+    migrate(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def backend_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+    """Sessions on each database the service supports: PostgreSQL (production) inside a transaction rolled
+    back at the end, and a fresh migrated SQLite file (the embedded default of ``specwatch serve``)."""
+    if request.param == "postgresql":
+        yield request.getfixturevalue("rolled_back_factory")
+        return
+    path = tmp_path / "specwatch.db"
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        yield sessionmaker(bind=engine, expire_on_commit=False)
+    finally:
+        engine.dispose()

@@ -68,3 +68,35 @@ def test_one_head_and_every_revision_says_what_it_does() -> None:
     assert len(scripts.get_heads()) == 1, "merge the migration heads (alembic merge heads)"
     for revision in scripts.walk_revisions():
         assert revision.doc, f"{revision.path}: the first docstring line is the migration's message"
+
+
+def test_an_existing_sqlite_database_gets_a_working_created_at_default(tmp_path: Path) -> None:
+    """A SQLite database migrated before the repair (``now()`` default: every insert failed) keeps its rows
+    and accepts alerts and notifications without an explicit ``created_at`` afterwards."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", url)
+    config.attributes["configure_logging"] = False
+    command.upgrade(config, "c006d431f28e")
+    engine = create_engine(url)
+    insert_notification = (
+        "INSERT INTO notifications (dedup_key, channel, event, payload, status, attempts{created}) "
+        "VALUES (:key, 'slack', 'alert', '{{}}', 'pending', 0{value})"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(insert_notification.format(created=", created_at", value=", '2026-01-01 00:00:00'")), {"key": "kept"})
+            with pytest.raises(Exception, match="unknown function: now"):
+                connection.execute(text(insert_notification.format(created="", value="")), {"key": "before"})
+
+        engine.dispose()  # a connection opened before the upgrade keeps the old table definition
+        command.upgrade(config, "head")
+
+        with engine.begin() as connection:
+            connection.execute(text(insert_notification.format(created="", value="")), {"key": "after"})
+            rows = dict(connection.execute(text("SELECT dedup_key, created_at FROM notifications")).all())
+    finally:
+        engine.dispose()
+    assert set(rows) == {"kept", "after"}
+    assert rows["kept"] == "2026-01-01 00:00:00"
+    assert rows["after"] is not None

@@ -52,8 +52,8 @@ def _alerts(session: Session) -> list[Alert]:
     return list(session.scalars(select(Alert).order_by(Alert.id)))
 
 
-def test_a_new_failure_beside_a_standing_one_gets_its_own_alert(rolled_back_factory: sessionmaker[Session]) -> None:
-    with session_scope(rolled_back_factory) as session:
+def test_a_new_failure_beside_a_standing_one_gets_its_own_alert(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
         target = Target(name="lib", repo_url="https://github.com/acme/lib", adapter="x", branches=["main"])
         commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, 6)]
         session.add_all(commits)
@@ -76,8 +76,8 @@ def test_a_new_failure_beside_a_standing_one_gets_its_own_alert(rolled_back_fact
         assert {a.state for a in _alerts(session)} == {AlertState.resolved}
 
 
-def test_a_known_conformance_failure_turning_lossy_is_new(rolled_back_factory: sessionmaker[Session]) -> None:
-    with session_scope(rolled_back_factory) as session:
+def test_a_known_conformance_failure_turning_lossy_is_new(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
         target = Target(name="lib2", repo_url="https://github.com/acme/lib2", adapter="x", branches=["main"])
         commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, 4)]
         session.add_all(commits)
@@ -99,8 +99,8 @@ def _commits(session: Session, name: str, count: int) -> list[Commit]:
     return commits
 
 
-def test_a_known_lossless_failure_covers_its_conformance_only_failures(rolled_back_factory: sessionmaker[Session]) -> None:
-    with session_scope(rolled_back_factory) as session:
+def test_a_known_lossless_failure_covers_its_conformance_only_failures(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
         commits = _commits(session, "lib3", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # lossless: an alert
@@ -109,9 +109,9 @@ def test_a_known_lossless_failure_covers_its_conformance_only_failures(rolled_ba
         assert len(_alerts(session)) == 1
 
 
-def test_certain_failures_are_confirmed(rolled_back_factory: sessionmaker[Session]) -> None:
+def test_certain_failures_are_confirmed(backend_factory: sessionmaker[Session]) -> None:
     """A deterministic check's failure has no finite e-value (log E None): its rerun confirms it."""
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         (commit,) = _commits(session, "lib4", 1)
         run_id = _run(session, commit, {A})
         for case in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == A)):
@@ -128,10 +128,10 @@ def test_certain_failures_are_confirmed(rolled_back_factory: sessionmaker[Sessio
         assert (alert.kind, alert.confirmed) == (AlertKind.violation, True)
 
 
-def test_a_search_does_not_wait_on_another_run_of_its_midpoint(rolled_back_factory: sessionmaker[Session]) -> None:
+def test_a_search_does_not_wait_on_another_run_of_its_midpoint(backend_factory: sessionmaker[Session]) -> None:
     """Commit 2's own (primary) run is still queued when commit 3's failure is bisected: the search queues
     its own run of commit 2 rather than wait for one whose analysis would never resume it."""
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         commits = _commits(session, "lib5", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         queued = Run(commit=commits[1], profile="quick", status=RunStatus.queued)
@@ -143,9 +143,9 @@ def test_a_search_does_not_wait_on_another_run_of_its_midpoint(rolled_back_facto
         assert (child.commit_id, child.purpose, child.parent_run_id) == (commits[1].id, RunPurpose.bisection, report.run_id)
 
 
-def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed(rolled_back_factory: sessionmaker[Session]) -> None:
+def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed(backend_factory: sessionmaker[Session]) -> None:
     config = AnalysisConfig(confirm_failures=True, notify=NotifyConfig(github=True))
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         commits = _commits(session, "lib6", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # A: an alert

@@ -87,24 +87,24 @@ def drain(factory: sessionmaker[Session], channels: Channels, clock: Clock, pass
 
 
 def test_each_slack_message_arrives_exactly_once(
-    rolled_back_factory: sessionmaker[Session], clock: Clock, caplog: pytest.LogCaptureFixture
+    backend_factory: sessionmaker[Session], clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     script = [(429, {"Retry-After": "7"})] + [(500, {})] * 3 + [(200, {})]
     with fake_server(script, check_block_kit=True) as server:
         channels = Channels(slack_webhook_url=server.url + SLACK_PATH, github_token=None, backoff_s=5, backoff_max_s=60)
-        with session_scope(rolled_back_factory) as session:
+        with session_scope(backend_factory) as session:
             alert = make_alert(session, cases=1000)  # far more cases than 50 blocks of 3000 characters hold
             assert queue_alert_message(session, NotifyConfig(slack=True), alert, "opened") == 1
             assert queue_alert_message(session, NotifyConfig(slack=True), alert, "opened") == 0  # dedup key
             queue_alert_message(session, NotifyConfig(slack=True), alert, "resolved")
         caplog.set_level("DEBUG")
 
-        first = deliver_due(rolled_back_factory, channels, now=clock, limit=10)
-        assert first.deferred == [rows(rolled_back_factory)[0].id]  # 429 on the first message
-        (opened, _resolved) = rows(rolled_back_factory)
+        first = deliver_due(backend_factory, channels, now=clock, limit=10)
+        assert first.deferred == [rows(backend_factory)[0].id]  # 429 on the first message
+        (opened, _resolved) = rows(backend_factory)
         assert opened.status is NotificationStatus.pending
         assert opened.next_attempt_at == clock.now + timedelta(seconds=7)  # Retry-After honoured, not slept
-        drain(rolled_back_factory, channels, clock)
+        drain(backend_factory, channels, clock)
 
         delivered = [r for r in server.requests if r.status == 200]
         assert len(delivered) == 2  # each message exactly once
@@ -123,23 +123,23 @@ def test_each_slack_message_arrives_exactly_once(
         assert "confirmed by a second run" in text
         assert "more cases on the dashboard" in text
         assert sum(r.body["text"].startswith("Resolved") for r in delivered) == 1
-        assert all(r.status is NotificationStatus.sent for r in rows(rolled_back_factory))
-        assert sum(r.attempts for r in rows(rolled_back_factory)) == 6  # 429, 3 x 500 and 2 x 200 between them
-        again = deliver_due(rolled_back_factory, channels, now=clock, limit=10)
+        assert all(r.status is NotificationStatus.sent for r in rows(backend_factory))
+        assert sum(r.attempts for r in rows(backend_factory)) == 6  # 429, 3 x 500 and 2 x 200 between them
+        again = deliver_due(backend_factory, channels, now=clock, limit=10)
         assert again.sent == []
         assert len(server.requests) == 6
     assert "secret-part" not in caplog.text
-    assert all("secret-part" not in (r.last_error or "") for r in rows(rolled_back_factory))
+    assert all("secret-part" not in (r.last_error or "") for r in rows(backend_factory))
 
 
-def test_slack_down_keeps_the_message_and_backs_off(rolled_back_factory: sessionmaker[Session], clock: Clock) -> None:
+def test_slack_down_keeps_the_message_and_backs_off(backend_factory: sessionmaker[Session], clock: Clock) -> None:
     channels = Channels(slack_webhook_url="http://127.0.0.1:9/services/unreachable", github_token=None, backoff_s=10, backoff_max_s=40)
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         queue_alert_message(session, NotifyConfig(slack=True), make_alert(session, cases=1), "opened")
     delays = []
     for _ in range(4):
-        deliver_due(rolled_back_factory, channels, now=clock, limit=10)
-        (row,) = rows(rolled_back_factory)
+        deliver_due(backend_factory, channels, now=clock, limit=10)
+        (row,) = rows(backend_factory)
         assert row.status is NotificationStatus.failed
         assert row.next_attempt_at is not None
         delays.append((row.next_attempt_at - clock.now).total_seconds())
@@ -148,11 +148,11 @@ def test_slack_down_keeps_the_message_and_backs_off(rolled_back_factory: session
     assert "unreachable" not in (row.last_error or "")
 
 
-def test_github_commit_statuses(rolled_back_factory: sessionmaker[Session], clock: Clock) -> None:
+def test_github_commit_statuses(backend_factory: sessionmaker[Session], clock: Clock) -> None:
     with fake_server([(500, {}), (201, {})]) as github:
         channels = Channels(slack_webhook_url=None, github_token=TOKEN, github_api_url=github.url, backoff_s=1)
         config = NotifyConfig(github=True, dashboard_url="https://specwatch.example.com")
-        with session_scope(rolled_back_factory) as session:
+        with session_scope(backend_factory) as session:
             target = Target(name="lib", repo_url="https://github.com/acme/lib.git", adapter="x", branches=["main"])
             run = Run(commit=Commit(target=target, sha="b" * 40, branch="main", branch_order=1), profile="quick", status=RunStatus.failed)
             session.add(run)
@@ -160,7 +160,7 @@ def test_github_commit_statuses(rolled_back_factory: sessionmaker[Session], cloc
             assert queue_commit_status(session, config, run, "pending") == 1
             assert queue_commit_status(session, config, run, "failure") == 1
             run_id = run.id
-        drain(rolled_back_factory, channels, clock)
+        drain(backend_factory, channels, clock)
 
     assert [(r.status, r.body["state"] if r.body else None) for r in github.requests] == [
         (500, "failure"),
@@ -171,14 +171,14 @@ def test_github_commit_statuses(rolled_back_factory: sessionmaker[Session], cloc
     assert request.headers["Authorization"] == f"Bearer {TOKEN}"
     assert request.body["target_url"] == f"https://specwatch.example.com/ui/runs/{run_id}"
     assert request.body["context"] == "specwatch/quick"
-    pending, failure = rows(rolled_back_factory)
+    pending, failure = rows(backend_factory)
     assert (pending.status, pending.last_error) == (NotificationStatus.failed, "superseded by a newer commit status")
     assert failure.status is NotificationStatus.sent
-    assert all(TOKEN not in (r.last_error or "") for r in rows(rolled_back_factory))
+    assert all(TOKEN not in (r.last_error or "") for r in rows(backend_factory))
 
 
-def test_no_commit_status_without_a_token_or_for_other_hosts(rolled_back_factory: sessionmaker[Session]) -> None:
-    with session_scope(rolled_back_factory) as session:
+def test_no_commit_status_without_a_token_or_for_other_hosts(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
         target = Target(name="lib2", repo_url="/srv/git/lib", adapter="x", branches=["main"])
         run = Run(commit=Commit(target=target, sha="c" * 40, branch="main", branch_order=1), profile="quick")
         session.add(run)
@@ -188,9 +188,9 @@ def test_no_commit_status_without_a_token_or_for_other_hosts(rolled_back_factory
 
 
 @pytest.mark.parametrize("purpose", [RunPurpose.confirmation, RunPurpose.bisection])
-def test_only_primary_runs_post_commit_statuses(rolled_back_factory: sessionmaker[Session], purpose: RunPurpose) -> None:
+def test_only_primary_runs_post_commit_statuses(backend_factory: sessionmaker[Session], purpose: RunPurpose) -> None:
     """A confirmation run (same commit) or a bisection run would overwrite the commit's real status."""
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         target = Target(name="lib3", repo_url="https://github.com/acme/lib3", adapter="x", branches=["main"])
         commit = Commit(target=target, sha="d" * 40, branch="main", branch_order=1)
         primary = Run(commit=commit, profile="quick", status=RunStatus.failed)
@@ -248,13 +248,13 @@ def _statuses(session: Session, run_id: int) -> list[tuple[str, str, str]]:
     ids=["not-confirmed", "confirmed"],
 )
 def test_a_failing_run_shows_pending_until_its_confirmation_decides(
-    rolled_back_factory: sessionmaker[Session], again_log_e: float, final: tuple[str, str, str]
+    backend_factory: sessionmaker[Session], again_log_e: float, final: tuple[str, str, str]
 ) -> None:
     """The commit is not marked failed on the first run's word: ``pending`` while the rerun confirms, then
     ``failure`` if it does, ``success`` if it does not (the rerun itself posts nothing)."""
     config = AnalysisConfig(notify=NotifyConfig(github=True))
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    with session_scope(rolled_back_factory) as session:
+    with session_scope(backend_factory) as session:
         primary = _failing_primary(session, f"lib-{final[0]}")
         report = analyse(session, primary.id, config=config, now=now)
         (confirmation_id,) = report.queued
