@@ -119,10 +119,11 @@ def results_table(results: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, str]:
-    """Run the suite, render progress; returns (exit code, case results, error message, stderr)."""
+def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, str, dict[str, Any]]:
+    """Run the suite, render progress; returns (exit code, case results, error message, stderr, run result)."""
     results: list[dict[str, Any]] = []
     error: str | None = None
+    run: dict[str, Any] = {}
     tasks: dict[str, TaskID] = {}
     with (
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=suite_environment()) as proc,  # noqa: S603
@@ -159,14 +160,31 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
                 bars.update(task, total=max(result["n_trials"], 1), completed=max(result["n_trials"], 1), status=_fmt_verdict(result))
             elif kind == "error":
                 error = event["message"]
+            elif kind == "run":
+                run = event["result"]
         stderr = proc.stderr.read() if proc.stderr is not None else ""
         code = proc.wait()
-    return code, results, error, stderr
+    return code, results, error, stderr, run
+
+
+def tested(run: dict[str, Any]) -> str:
+    """What a run tested, in words: the target and, for a library, its version and where it came from."""
+    target = str(run.get("target", "?"))
+    environment = run.get("environment") or {}
+    name, version = environment.get("library_name"), environment.get("library_version")
+    if not name:
+        return f"the {target} sampler" if target in ("reference",) or target.startswith("mutant:") else target
+    commit = environment.get("library_git_sha")
+    where = f"commit {commit[:12]}" if commit else environment.get("library_path")
+    return " ".join(part for part in (f"{name} {version or ''}".strip(), f"({where})" if where else None) if part)
 
 
 @app.command()
 def check(
-    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function | transformers")] = "reference",
+    target: Annotated[
+        str | None,
+        typer.Option(help="reference | mutant:NAME | module:function | transformers (default: --pip/--source's library, else reference)"),
+    ] = None,
     pip: Annotated[str | None, typer.Option(help="test this release, e.g. transformers==4.46.3 (isolated cached install)")] = None,
     source: Annotated[Path | None, typer.Option(help="test a source checkout (its src/ first on PYTHONPATH)")] = None,
     jobs: Annotated[int, typer.Option(help="processes to run cases in (one thread each)")] = 1,
@@ -186,8 +204,7 @@ def check(
     args = [
         "run",
         "--events",
-        "--target",
-        target,
+        *(("--target", target) if target is not None else ()),
         "--alpha",
         repr(alpha),
         "--seed",
@@ -202,7 +219,7 @@ def check(
     valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--json": json_file, "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
-    code, results, error, stderr = _stream(suite_command(args))
+    code, results, error, stderr, run = _stream(suite_command(args))
     if results:
         out.print(results_table(results))
     if code == EXIT_USAGE or code not in (EXIT_PASS, EXIT_VIOLATION):
@@ -213,10 +230,11 @@ def check(
         console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}")
         raise typer.Exit(EXIT_USAGE)
     failed = sum(r["verdict"] == "fail" for r in results)
+    what = f" — tested {tested(run)}" if run else ""
     if code == EXIT_VIOLATION:
-        console.print(f"[bold red]{failed} of {len(results)} case(s) failed[/]")
+        console.print(f"[bold red]{failed} of {len(results)} case(s) failed[/]{what}")
     else:
-        console.print(f"[green]all {len(results)} case(s) passed[/]")
+        console.print(f"[green]all {len(results)} case(s) passed[/]{what}")
     raise typer.Exit(code)
 
 

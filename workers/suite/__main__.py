@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +26,11 @@ from workers.suite.targets import TargetError, resolve
 from workers.suite.targets.install import pip_install, rerun_with, source_path
 
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
+
+#: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
+LIBRARY_TARGETS = {"transformers": "transformers"}
+#: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
+BUILT_IN = ("reference", "mutant:")
 
 
 class UsageError(Exception):
@@ -46,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run cases against a target")
-    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function | transformers")
+    run.add_argument(
+        "--target",
+        default=None,
+        help="reference | mutant:NAME | module:function | transformers (default: the library of --pip/--source, else reference)",
+    )
     where = run.add_mutually_exclusive_group()
     where.add_argument(
         "--pip", default=None, metavar="REQ", help="test this release (e.g. transformers==4.46.3), installed in an isolated cache"
@@ -68,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
     lister = sub.add_parser("list", help="list cases as JSON")
     lister.add_argument("--cases", action="append", default=[], metavar="GLOB")
+    lister.add_argument("--target", default="reference", help="whose cases: reference (the built-in catalogue) or transformers")
     sub.add_parser("mutants", help="list the mutant catalogue as JSON")
     return parser
 
@@ -110,11 +121,45 @@ def _without(argv: list[str], option: str) -> list[str]:
     return out
 
 
+def _library_of(args: argparse.Namespace) -> str:
+    """The distribution name that ``--pip`` or ``--source`` names (lower case, ``-`` for ``_``)."""
+    if args.pip:
+        return re.split(r"[=<>~!\[;\s]", args.pip.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    root = Path(args.source).expanduser()
+    packages = root / "src" if (root / "src").is_dir() else root
+    for library in LIBRARY_TARGETS:
+        if (packages / library.replace("-", "_") / "__init__.py").is_file():
+            return library
+    return root.resolve().name.lower().replace("_", "-")
+
+
+def _target_of(args: argparse.Namespace) -> str:
+    """The target to run: ``--target``, or with ``--pip``/``--source`` the library's own target.
+
+    A release or checkout given beside a built-in target (the reference, a mutant) is refused: that run
+    would test the built-in sampler and say nothing about the library the user named.
+    """
+    if not (args.pip or args.source):
+        return str(args.target or "reference")
+    given = "--pip " + args.pip if args.pip else f"--source {args.source}"
+    if args.target is not None and args.target.startswith(BUILT_IN):
+        raise UsageError(f"--target {args.target} tests a built-in sampler, not {given}; leave --target out to test the library")
+    if args.target is not None:
+        return str(args.target)
+    library = _library_of(args)
+    if library not in LIBRARY_TARGETS:
+        known = ", ".join(sorted(LIBRARY_TARGETS))
+        raise UsageError(f"{given}: no target tests {library!r} (known: {known}); name one with --target module:function")
+    return LIBRARY_TARGETS[library]
+
+
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    args.target = _target_of(args)
     if args.pip or args.source:
         _config(args)  # usage errors first, before any install
         path = pip_install(args.pip) if args.pip else source_path(args.source)
-        return rerun_with(path, _without(argv, "--pip" if args.pip else "--source"))
+        rest = _without(_without(argv, "--pip" if args.pip else "--source"), "--target")
+        return rerun_with(path, [*rest, "--target", args.target])
     config = _config(args)
     target = resolve(args.target)
     cases = tuple(c for c in select(args.cases, target.cases) if c.quick or not args.quick)
@@ -164,9 +209,20 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
+            listed = select(args.cases, resolve(args.target).cases)
             print(
                 json.dumps(
-                    [{"id": c.id, "family": c.family, "epsilon": c.epsilon, "description": c.description} for c in select(args.cases)],
+                    [
+                        {
+                            "id": c.id,
+                            "family": c.family,
+                            "epsilon": c.epsilon,
+                            "quick": c.quick,
+                            "description": c.description,
+                            "skip_reason": c.skip_reason,
+                        }
+                        for c in listed
+                    ],
                     indent=2,
                 )
             )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
+from contextlib import redirect_stdout
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -76,3 +79,46 @@ def test_module_function_targets_a_user_sampler(tmp_path, monkeypatch):
     crash = _check("--target", "my_sampler:crash", "--cases", "direct/far_apart/V8/g1")
     assert crash.exit_code == 2, crash.output
     assert "my sampler is broken" in crash.output
+
+
+def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference():
+    """``--source`` (like ``--pip``) without ``--target`` tests the library it names; the summary says what ran."""
+    import transformers
+
+    packages = Path(transformers.__file__).parents[1]
+    result = runner.invoke(
+        app, ["check", "--source", str(packages), "--cases", "direct/far_apart/V8/g1", "--quick"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 0, result.output
+    assert f"tested transformers {transformers.__version__}" in result.output
+    assert "reference" not in result.output.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "reference", "--pip", "transformers==4.44.2"], "tests a built-in sampler, not --pip transformers==4.44.2"),
+        (["--target", "mutant:swapped_residual", "--source", "."], "tests a built-in sampler"),
+        (["--pip", "numpy==2.0.0"], "no target tests 'numpy'"),
+    ],
+)
+def test_a_built_in_target_beside_a_library_or_an_unknown_library_is_refused(args, message):
+    result = runner.invoke(app, ["check", *args], env={"COLUMNS": "400"})
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "installing" not in result.output
+
+
+def test_the_suite_lists_a_library_targets_cases():
+    from workers.suite.__main__ import main
+
+    built_in, library = io.StringIO(), io.StringIO()
+    with redirect_stdout(built_in):
+        assert main(["list"]) == 0
+    with redirect_stdout(library):
+        assert main(["list", "--target", "transformers"]) == 0
+    built_in_ids = {case["id"] for case in json.loads(built_in.getvalue())}
+    library_cases = json.loads(library.getvalue())
+    assert not any(case_id.startswith("e2e/") for case_id in built_in_ids)
+    assert any(case["id"].startswith("e2e/assistant") for case in library_cases)
+    assert all({"description", "quick", "skip_reason"} <= set(case) for case in library_cases)
