@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from service.query_cli import alerts_app, compare_command, history, runs_app
+from service.report import markdown_report
 from service.targets_cli import targets_app
 
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
@@ -167,6 +168,21 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
     return code, results, error, stderr, run
 
 
+def reproduce_command(args: list[str], run: dict[str, Any]) -> list[str]:
+    """``specwatch check`` with the options of this run (the target it resolved to, no output files)."""
+    options = [a for a in args if a not in ("run", "--events")]
+    kept: list[str] = []
+    skip = False
+    for arg in options:
+        if skip:
+            skip = False
+        elif arg in ("--json", "--jobs", "--target"):
+            skip = True
+        else:
+            kept.append(arg)
+    return ["specwatch", "check", "--target", str(run.get("target", "reference")), *kept]
+
+
 def tested(run: dict[str, Any]) -> str:
     """What a run tested, in words: the target and, for a library, its version and where it came from."""
     target = str(run.get("target", "?"))
@@ -194,6 +210,7 @@ def check(
     epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)")] = None,
     seed: Annotated[int, typer.Option(help="run seed; case seeds derive from (seed, case, attempt)")] = 0,
     json_file: Annotated[Path | None, typer.Option("--json", help="write the full run result here")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
 ) -> None:
@@ -222,6 +239,8 @@ def check(
     code, results, error, stderr, run = _stream(suite_command(args))
     if results:
         out.print(results_table(results))
+    if markdown is not None and run:
+        markdown.write_text(markdown_report(run, reproduce_command(args, run)))
     if code == EXIT_USAGE or code not in (EXIT_PASS, EXIT_VIOLATION):
         message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
         errored = [r for r in results if r["verdict"] == "error"]

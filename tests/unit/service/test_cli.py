@@ -122,3 +122,26 @@ def test_the_suite_lists_a_library_targets_cases():
     assert not any(case_id.startswith("e2e/") for case_id in built_in_ids)
     assert any(case["id"].startswith("e2e/assistant") for case in library_cases)
     assert all({"description", "quick", "skip_reason"} <= set(case) for case in library_cases)
+
+
+def test_markdown_report_names_versions_failures_and_the_command_to_reproduce(tmp_path):
+    report = tmp_path / "report.md"
+    args = ["--target", "mutant:swapped_residual", "--cases", "direct/far_apart/V8/*", "--quick", "--seed", "7"]
+    result = _check(*args, "--markdown", str(report), "--json", str(tmp_path / "run.json"))
+    assert result.exit_code == 1, result.output
+    text = report.read_text()
+    payload = json.loads((tmp_path / "run.json").read_text())
+    failing = [r for r in payload["results"] if r["verdict"] == "fail"]
+    assert failing
+    assert f"{len(failing)} of {len(payload['results'])} case(s) fail" in text
+    for r in failing:
+        assert f"`{r['case_id']}`" in text
+        assert f"{r['n_trials']:,}" in text
+    assert f"| torch | {payload['environment']['torch']} |" in text
+    assert "descriptive" in text
+    command = text.split("```")[1].strip()
+    assert command.startswith("specwatch check --target mutant:swapped_residual ")
+    assert "--seed 7" in command
+    assert "--quick" in command
+    assert "--json" not in command
+    assert "--markdown" not in command
