@@ -692,7 +692,7 @@ def null_section(designs: Sequence[CaseDesign], tests: int, runs: int, alpha: fl
             check_alarms += rejected
             alarmed |= rejected
         alarms += alarmed
-        if (run + 1) % max(1, runs // 20) == 0:
+        if (run + 1) % max(1, min(10, runs // 20)) == 0:
             elapsed = time.perf_counter() - started
             print(f"   ... null runs at alpha {alpha:g}: {run + 1}/{runs}, {alarms} alarms ({elapsed:.0f} s)", flush=True)
     print(

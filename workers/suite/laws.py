@@ -40,7 +40,7 @@ def validate_law(name: str, law: NDArray[np.floating]) -> FloatArray:
         raise ValueError(f"law of {name} has {negative.size} negative cell(s) (first: cell {int(negative[0])} = {arr[negative[0]]:.3g})")
     total = float(arr.sum())
     if abs(total - 1.0) > LAW_SUM_TOLERANCE:
-        raise ValueError(f"law of {name} sums to {total!r}, not 1")
+        raise ValueError(f"law of {name} sums to {total:.12g}, not 1")
     return arr
 
 
