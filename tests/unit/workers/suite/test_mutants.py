@@ -67,5 +67,6 @@ def test_one_shared_uniform_per_step_fails_p_equals_q():
     for seed in range(3):
         result = run_suite(select(["direct/p_equals_q/V64/g3"]), MUTANTS["shared_step_uniform"].sampler, SuiteConfig(seed=seed)).results[0]
         assert (result.verdict, result.failure) == (Verdict.FAIL, Failure.LOSSLESS), result.reason
-        assert result.headline is not None and result.headline.startswith("lossless/pair")
+        assert result.headline is not None
+        assert result.headline.startswith("lossless/pair")
         assert all(not c.rejected for c in result.checks if c.name.startswith("lossless/pos"))
