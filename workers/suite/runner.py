@@ -418,14 +418,16 @@ def _reason(
         return f"the target raised on a valid input after {state.trials} trials: {state.raised}\n{tail}"
     for layer in (Layer.LOSSLESS, Layer.CONFORMANCE):
         if layer in state.violations:
-            return f"certain {layer.value} violation: {state.violations[layer].message}"
+            reason = f"certain {layer.value} violation: {state.violations[layer].message}"
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
         rejected = [c for c in checks if c.layer == layer.value and c.rejected]
         if rejected:
             first = min(rejected, key=lambda c: state.rejected_at[c.name])
-            return (
+            reason = (
                 f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
                 f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
             )
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
     if not checks:
         return f"every deterministic check held in {state.trials} trials"
     if not powered:
@@ -435,6 +437,16 @@ def _reason(
             f"detect TV >= {worst:.3g} at the designed power, not {epsilon:g}"
         )
     return f"no check reached the threshold in {state.trials} trials (designed to detect TV >= {epsilon:g})"
+
+
+def _underpowered_lossless(
+    layer: Layer, checks: Sequence[CheckResult], *, epsilon: float, powered: bool, designed: set[str], claimed: set[str]
+) -> str:
+    """A conformance failure still claims losslessness: say so when that claim is not backed by power."""
+    if layer is not Layer.CONFORMANCE or powered:
+        return ""
+    worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
+    return f"; losslessness underpowered: its observations detect TV >= {worst:.3g}, not {epsilon:g}"
 
 
 def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:

@@ -226,6 +226,7 @@ def test_powered_counts_the_observations_each_check_got():
     result = run_case(EQUAL, experiment, SuiteConfig(), tests)
     assert (result.lossless, result.conformance, result.failure) == (Verdict.PASS, Verdict.FAIL, Failure.CONFORMANCE)
     assert not result.powered
+    assert "losslessness underpowered" in result.reason
     support = {c.name: c.support for c in experiment.checks}
     for check in result.checks:
         expected = detectable_epsilon(support[check.name], check.observations / SEQUENTIAL_INFLATION, 1 / result.threshold, 1e-3)
