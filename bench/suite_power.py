@@ -1,6 +1,22 @@
 """Power and throughput of the distribution-preservation suite (prints figures, asserts nothing).
 
-Three measurements:
+Four measurements:
+
+0. **Design check** (``--design``): achieved power at each direct case's TV distance and the run's
+   false-alarm rate, against the design (power 1 - beta = 0.999 per designed check; family-wise
+   alpha = 1e-4 per run). Simulated at the level of the counts, with the runner's own pieces: the
+   threshold m / alpha of a default ``specwatch check --target reference`` run (m = every check of
+   ``CASES``), each case's cap (``workers.suite.runner.trial_cap``), its batch schedule (the first batch,
+   doubling to 65,536) and the Dirichlet-mixture e-process after every batch. Per batch a check gets
+   Binomial(batch, reach) observations, multinomial from its law. Power: for every designed check of
+   every direct case, the least-favourable alternative at the case's epsilon (the law at TV epsilon with
+   the smallest chi^2 divergence: p0 scaled up by epsilon / p0(S) on a set S of about half the mass and
+   down by epsilon / p0(not S) on the rest; a one-cell law can only move mass off its support: certain),
+   ``--power-runs`` runs each; a case's power is its weakest designed check's. False alarms:
+   ``--null-runs`` runs of the whole battery with every check (designed and joint) drawn from its null,
+   checks independent of each other (the real ones of a case share trials; Bonferroni needs no
+   independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
+   alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
 1. **Mutant detection.** Every mutant of ``workers.suite.mutants.MUTANTS`` runs the whole battery
    ``workers.suite.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
@@ -26,6 +42,8 @@ Three measurements:
 3. **Reference battery wall time** for one seed with the default configuration.
 
 Run (defaults fit in about 2 minutes on two cores)::
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/suite_power.py --design   # 200 runs per check, 2000 null runs
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
@@ -56,9 +74,9 @@ from workers.suite.cases import CASES, Case
 from workers.suite.experiments import ChainExperiment, CheckSpec
 from workers.suite.mutants import MUTANTS, Mutant
 from workers.suite.results import CaseResult, Verdict
-from workers.suite.runner import Progress, SuiteConfig, run_case, run_suite
+from workers.suite.runner import Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
 from workers.suite.sampling import Sampler, reference_sampler
-from workers.suite.stats import pearson_noncentrality
+from workers.suite.stats import log_e_dirichlet_mixture, pearson_noncentrality, rejection_threshold
 
 THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
 MC_BATCH = 1 << 16
@@ -499,6 +517,212 @@ def battery_section() -> None:
     print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
 
 
+# ------------------------------------------------------------------------------------- design check
+
+
+def least_favourable(p0: NDArray[np.float64], epsilon: float) -> tuple[NDArray[np.float64], bool]:
+    """The law at TV ``epsilon`` from ``p0`` with (about) the smallest chi^2 divergence, 4 epsilon^2, and
+    whether it needs mass off the support (a one-cell law: then any deviation is a certain refutation)."""
+    support = np.flatnonzero(p0 > 0)
+    if len(support) == 1 or len(support) == len(p0) == 1:
+        outside = np.flatnonzero(p0 <= 0)
+        alt = p0.copy()
+        alt[support[0]] -= epsilon
+        alt[outside[0] if len(outside) else support[0]] += epsilon
+        return alt, True
+    up = np.zeros(len(p0), dtype=bool)
+    mass_up = mass_down = 0.0
+    for cell in support[np.argsort(-p0[support], kind="stable")]:  # greedy halves: each cell to the lighter side
+        if mass_up <= mass_down:
+            up[cell], mass_up = True, mass_up + p0[cell]
+        else:
+            mass_down += p0[cell]
+    down = (~up) & (p0 > 0)
+    if mass_down < mass_up:  # the heavier side goes down (it must give up epsilon); chi^2 is the same either way
+        up, down, mass_up, mass_down = down, up, mass_down, mass_up
+    shift = min(epsilon, mass_down)
+    alt = p0.copy()
+    alt[up] *= 1.0 + shift / mass_up
+    alt[down] *= 1.0 - shift / mass_down
+    return alt / alt.sum(), False
+
+
+def batch_schedule(cap: int, config: SuiteConfig) -> list[int]:
+    """The runner's batches: max(16, min(first_batch, cap // 8)), doubling to max_batch, up to the cap."""
+    return batch_sizes(cap, max(16, min(config.first_batch, cap // 8)), config.max_batch)
+
+
+def simulate_check(
+    law: NDArray[np.float64],
+    null: NDArray[np.float64],
+    reach: float,
+    batches: Sequence[int],
+    log_threshold: float,
+    rng: np.random.Generator,
+) -> tuple[bool, int]:
+    """One run of a check's e-process on counts drawn from ``law``: (rejected by the cap, trials at the stop)."""
+    counts = np.zeros(len(null), dtype=np.int64)
+    zero = null <= 0
+    trials = 0
+    for n in batches:
+        trials += n
+        observed = int(rng.binomial(n, reach)) if reach < 1 else n
+        if observed:
+            counts += rng.multinomial(observed, law)
+        if counts[zero].any() or log_e_dirichlet_mixture(counts, null) >= log_threshold:
+            return True, trials
+    return False, trials
+
+
+@dataclass(frozen=True)
+class CaseDesign:
+    case: Case
+    epsilon: float
+    cap: int
+    batches: list[int]
+    checks: list[CheckSpec]
+    designed: list[CheckSpec]
+
+
+def battery_designs(config: SuiteConfig) -> tuple[int, list[CaseDesign]]:
+    """Every direct case's design in a default run of the whole battery, and the run's number of checks."""
+    built = [(case, case.build(reference_sampler, torch.device("cpu"))) for case in CASES]
+    tests = sum(len(e.checks) for _, e in built)
+    threshold = rejection_threshold(config.alpha, tests)
+    designs = []
+    for case, experiment in built:
+        if case.family != "direct":
+            continue
+        epsilon = config.epsilon_for(case)
+        cap = trial_cap(experiment, config, epsilon, threshold)
+        designs.append(CaseDesign(case, epsilon, cap, batch_schedule(cap, config), list(experiment.checks), designed_checks(experiment)))
+    return tests, designs
+
+
+def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:
+    """Upper end of the 95 % Wilson interval of a proportion (k of n)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return min(1.0, centre + half)
+
+
+def exact_upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """Clopper-Pearson upper bound of a proportion (k of n), one-sided."""
+    from scipy import stats as sps
+
+    return 1.0 if k >= n else float(sps.beta.ppf(confidence, k + 1, n - k))
+
+
+def design_section(power_runs: int, null_runs: int, null_alpha: float, seed: int, cases: Sequence[str]) -> None:
+    config = SuiteConfig()
+    tests, designs = battery_designs(config)
+    if cases:
+        designs = [d for d in designs if any(fnmatch.fnmatchcase(d.case.id, g) for g in cases)]
+    threshold = rejection_threshold(config.alpha, tests)
+    log_threshold = math.log(threshold)
+    rng = np.random.default_rng(seed)
+    rows: list[list[str]] = []
+    total_misses = total_runs = 0
+    started = time.perf_counter()
+    ordered = sorted(designs, key=lambda d: d.case.step().vocab_size >= 10_000)  # the slow large vocabulary last
+    for design in ordered if power_runs > 0 else []:
+        worst: tuple[float, str, int, int, float] | None = None
+        for check in design.designed:
+            alt, certain = least_favourable(check.null, design.epsilon)
+            hits, stops = 0, []
+            for _ in range(power_runs):
+                rejected, at = simulate_check(alt, check.null, check.reach, design.batches, log_threshold, rng)
+                hits += rejected
+                stops.append(at)
+            power = hits / power_runs
+            total_misses += power_runs - hits
+            total_runs += power_runs
+            entry = (power, check.name + (" (certain)" if certain else ""), hits, int(statistics.median(stops)), check.reach)
+            if worst is None or entry[0] < worst[0]:
+                worst = entry
+        if worst is None:
+            continue
+        power, name, hits, median_stop, reach = worst
+        rows.append(
+            [
+                short_case(design.case.id),
+                f"{design.epsilon:g}",
+                f"{design.cap:,}",
+                str(len(design.designed)),
+                name,
+                f"{reach:.3g}",
+                f"{hits}/{power_runs}",
+                f"{power:.3f}",
+                f"{exact_upper(power_runs - hits, power_runs):.3g}",
+                f"{median_stop / design.cap:.2f}",
+            ]
+        )
+        print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+    if power_runs > 0:
+        print_table(
+            f"0a. Achieved power at each direct case's epsilon (least-favourable alternative per designed check, {power_runs} runs each; "
+            f"threshold m/alpha = {threshold:.4g}, m = {tests}); the weakest designed check of each case; "
+            f"design: power >= {1 - config.beta:g}",
+            ["case", "eps", "cap", "designed", "weakest check", "reach", "detected", "power", "miss 95% up", "med stop/cap"],
+            rows,
+            "lrrrlrrrrr",
+        )
+        print(
+            f"   all designed checks together: {total_misses} misses in {total_runs} runs "
+            f"(miss rate {total_misses / max(total_runs, 1):.2g}, one-sided 95 % upper bound {exact_upper(total_misses, total_runs):.2g}; "
+            f"design beta = {config.beta:g})",
+            flush=True,
+        )
+    if null_runs > 0:
+        null_section(designs, tests, null_runs, sorted({config.alpha, null_alpha}), rng)
+
+
+def null_max_log_e(null: NDArray[np.float64], reach: float, batches: Sequence[int], rng: np.random.Generator) -> float:
+    """One null run of a check to its cap: the largest log E over its batch ends (inf after a support violation)."""
+    counts = np.zeros(len(null), dtype=np.int64)
+    best = 0.0
+    for n in batches:
+        observed = int(rng.binomial(n, reach)) if reach < 1 else n
+        if observed:
+            counts += rng.multinomial(observed, null)
+        best = max(best, log_e_dirichlet_mixture(counts, null))
+    return best
+
+
+def null_section(designs: Sequence[CaseDesign], tests: int, runs: int, alphas: Sequence[float], rng: np.random.Generator) -> None:
+    """Null runs of the battery; each run's checks are compared with the threshold of every alpha in ``alphas``."""
+    log_thresholds = {alpha: math.log(rejection_threshold(alpha, tests)) for alpha in alphas}
+    checks = [(c, d.batches) for d in designs for c in d.checks]
+    alarms = dict.fromkeys(alphas, 0)
+    check_alarms = dict.fromkeys(alphas, 0)
+    started = time.perf_counter()
+    done = 0
+
+    def report(final: bool) -> None:
+        for alpha in alphas:
+            line = (
+                f"{done} null runs of the direct battery ({len(checks)} checks each, every one to its cap), alpha = {alpha:g} "
+                f"(threshold m/alpha, m = {tests}): {alarms[alpha]} runs with an alarm (rate {alarms[alpha] / max(done, 1):.3g}; "
+                f"one-sided 95 % upper bound {exact_upper(alarms[alpha], max(done, 1)):.3g}; design <= {alpha:g}); "
+                f"{check_alarms[alpha]} check alarms in {done * len(checks):,} null check-runs"
+            )
+            print(("\n0b. False alarms: " if final else "   ... ") + line, flush=True)
+        if not final:
+            print(f"       ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    for _ in range(runs):
+        maxima = [null_max_log_e(check.null, check.reach, batches, rng) for check, batches in checks]
+        for alpha, log_threshold in log_thresholds.items():
+            crossed = sum(m >= log_threshold for m in maxima)
+            check_alarms[alpha] += crossed
+            alarms[alpha] += crossed > 0
+        done += 1
+        if done % 5 == 0:
+            report(final=False)
+    report(final=True)
+
+
 # ----------------------------------------------------------------------------------------- main
 
 
@@ -512,6 +736,12 @@ def main() -> None:
     parser.add_argument("--skip-mutants", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-battery", action="store_true")
+    parser.add_argument("--design", action="store_true", help="only the design check: achieved power at epsilon and false alarms")
+    parser.add_argument("--power-runs", type=int, default=200, help="runs per designed check for the achieved power (default 200)")
+    parser.add_argument("--null-runs", type=int, default=2000, help="null runs of the battery for the false-alarm rate (default 2000)")
+    parser.add_argument("--null-alpha", type=float, default=0.05, help="also measure false alarms at this alpha (default 0.05)")
+    parser.add_argument("--design-cases", action="append", default=[], metavar="GLOB", help="design check of these cases only")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the design check's simulation")
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
@@ -525,6 +755,10 @@ def main() -> None:
         f"suite_power: torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
     )
+    if args.design:
+        design_section(args.power_runs, args.null_runs, args.null_alpha, args.seed, args.design_cases)
+        print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+        return
     if not args.skip_mutants:
         chosen = [m for m in MUTANTS.values() if not args.mutants or any(fnmatch.fnmatchcase(m.name, g) for g in args.mutants)]
         mutant_section(chosen, seeds, mc_trials, SuiteConfig().beta)

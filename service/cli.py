@@ -73,6 +73,8 @@ def _fmt_e(result: dict[str, Any]) -> str:
 def _fmt_verdict(result: dict[str, Any]) -> str:
     verdict = result["verdict"]
     if verdict == "fail":
+        if result.get("failure") == "raised":
+            return "[bold red]FAIL[/] (the target raised)"
         layers = [name for name in ("lossless", "conformance") if result.get(name) == "fail"]
         return f"[bold red]FAIL[/] ({', '.join(layers)})"
     if verdict == "pass":
@@ -102,11 +104,15 @@ def results_table(results: list[dict[str, Any]]) -> Table:
         ("verdict", "left"),
         ("trials", "right"),
         ("e-value / threshold", "right"),
-        ("TV estimate [99% CI]", "right"),
+        ("TV estimate [99% CI], descriptive", "right"),
         ("acceptance obs / exp", "right"),
         ("time", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.caption = (
+        "Decisions rest on the e-values (anytime-valid). The TV interval is computed at a data-dependent stop on the "
+        "headline check: descriptive, not a guarantee."
+    )
     for r in results:
         table.add_row(
             r["case_id"],
@@ -251,6 +257,9 @@ def check(
     failed = sum(r["verdict"] == "fail" for r in results)
     what = f" — tested {tested(run)}" if run else ""
     if code == EXIT_VIOLATION:
+        for r in results:
+            if r.get("failure") == "raised":  # the reason's first line: the exception (a finding about the sampler)
+                console.print(f"[bold red]{r['case_id']}:[/] {r['reason'].splitlines()[0]}", highlight=False, soft_wrap=True)
         console.print(f"[bold red]{failed} of {len(results)} case(s) failed[/]{what}")
     else:
         console.print(f"[green]all {len(results)} case(s) passed[/]{what}")

@@ -117,6 +117,7 @@ class AlertKind(enum.StrEnum):
     violation = "violation"  # losslessness fails: emitted tokens do not follow the target law
     performance = "performance"  # lossless, but the acceptance behaviour changed
     broken = "broken"  # the commit does not import or crashes the suite
+    exception = "exception"  # the sampler raised on a valid input: a finding about the sampler
 
 
 class AlertState(enum.StrEnum):

@@ -215,6 +215,7 @@ class CaseRow:
     e_value: float | None
     log_e_value: float | None
     threshold: float | None
+    # Descriptive, not guarantees: computed at a data-dependent stop on the case's headline check.
     tv_estimate: float | None
     tv_low: float | None
     tv_high: float | None

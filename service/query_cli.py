@@ -114,7 +114,14 @@ def history(
         _json([dataclasses.asdict(h) for h in histories])
         return
     table = Table(
-        "case", "#", "commit", "verdict", "log E / log thr", "TV [interval]", "acceptance obs / exp", title=f"{target} · {page.branch}"
+        "case",
+        "#",
+        "commit",
+        "verdict",
+        "log E / log thr",
+        "TV [interval], descriptive",
+        "acceptance obs / exp",
+        title=f"{target} · {page.branch}",
     )
     for h in histories:
         for p in reversed(h.points):
@@ -152,7 +159,16 @@ def show(
     if run.error:
         console.print(f"error: {run.error}", highlight=False, soft_wrap=True)
     behaviour = f"vs run {run.previous_run_id}" if run.previous_run_id is not None else "behaviour"
-    table = Table("case", "verdict", "trials", "log E / log thr", "TV [interval]", "acceptance obs / exp", behaviour, title=f"run {run.id}")
+    table = Table(
+        "case",
+        "verdict",
+        "trials",
+        "log E / log thr",
+        "TV [interval], descriptive",
+        "acceptance obs / exp",
+        behaviour,
+        title=f"run {run.id}",
+    )
     for c in run.cases:
         tv = _num(c.tv_estimate, ".4f") + (f" [{_num(c.tv_low, '.4f')}, {_num(c.tv_high, '.4f')}]" if c.tv_low is not None else "")
         table.add_row(
@@ -231,7 +247,7 @@ def alerts_list(
     *,
     state: Annotated[AlertState | None, typer.Option(help="open, acknowledged or resolved")] = None,
     target: Annotated[str | None, typer.Option(help="the target's name")] = None,
-    kind: Annotated[AlertKind | None, typer.Option(help="violation, performance or broken")] = None,
+    kind: Annotated[AlertKind | None, typer.Option(help="violation, performance, exception or broken")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:

@@ -10,8 +10,10 @@ The story of a failing commit:
 1. A primary run fails (a case rejects at the run's family-wise level). With ``confirm_failures`` a
    confirmation run of the same commit is queued with fresh seeds (``seed_attempt`` 1: the suite's
    ``--attempt``). A run in status ``error`` is a BROKEN commit at once: deterministic, nothing to confirm.
-2. The confirmation run's analysis multiplies, per failing case, the two e-values
-   (:func:`workers.analysis.confirmed`). No case confirmed: no alert (recorded on both runs).
+2. The confirmation run's analysis confirms, per failing case and only within the layer that failed, with
+   the same check's stopped e-values multiplied, or that check rejecting again, or a certain violation of
+   that layer, or the target raising again (:func:`workers.analysis.confirmation`); the alert kind follows
+   the layer confirmed. No case confirmed: no alert (recorded on both runs).
 3. Confirmed: the first bad commit is searched between the last good tested commit of the branch and this
    one (:func:`workers.analysis.bisect`), one midpoint run at a time, each a ``bisection`` run whose parent
    is the confirmed run. A commit is bad when one of the confirmed cases fails in its run, good when they
@@ -35,6 +37,7 @@ all pass again.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -58,16 +61,20 @@ from service.models import (
     Verdict,
 )
 from workers.analysis import (
+    CONFORMANCE,
+    LOSSLESS,
+    RAISED,
     AcceptanceSample,
+    CaseEvidence,
     CaseOutcome,
-    Evidence,
+    CheckEvidence,
     Kind,
     Outcome,
     acceptance_drift,
     bisect,
     case_gamma,
     classify,
-    confirmed,
+    confirmation,
 )
 from workers.notify import NotifyConfig, queue_alert_message, queue_commit_status
 
@@ -128,8 +135,12 @@ def _cases(session: Session, run_id: int) -> dict[str, CaseResult]:
     return {c.case_id: c for c in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id))}
 
 
+def _raised(case: CaseResult) -> bool:
+    return (case.details or {}).get("failure") == "raised"
+
+
 def _outcomes(cases: dict[str, CaseResult]) -> list[CaseOutcome]:
-    return [CaseOutcome(c.case_id, c.verdict.value, c.lossless, c.conformance) for c in cases.values()]
+    return [CaseOutcome(c.case_id, c.verdict.value, c.lossless, c.conformance, raised=_raised(c)) for c in cases.values()]
 
 
 def alert_branch(commit: Commit) -> str:
@@ -137,6 +148,8 @@ def alert_branch(commit: Commit) -> str:
 
 
 def _entry(case: CaseResult, reason: str) -> dict[str, Any]:
+    if reason == "exception":  # the exception's first line (the case's reason holds its traceback too)
+        return {"case_id": case.case_id, "reason": reason, "error": str((case.details or {}).get("reason", "")).split("\n")[0][:500]}
     return {
         "case_id": case.case_id,
         "reason": reason,
@@ -209,7 +222,7 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
             report.queued.append(confirmation.id)
         analysis["confirmation_run_id"] = confirmation.id if confirmation else None
     elif kind is not None:
-        entries = [_entry(cases[c], "lossless" if cases[c].lossless is False else "conformance") for c in failing]
+        entries = [_entry(cases[c], _failure_reason(cases[c])) for c in failing]
         _start_bisection(ctx, run, AlertKind(kind.value), entries, confirmation=None, state=analysis)
     drifting = _drift(session, run, cases, config)
     if drifting:
@@ -226,7 +239,10 @@ def _analyse_primary(ctx: _Context, run: Run, cases: dict[str, CaseResult], anal
 
 
 def _failure_reason(case: CaseResult) -> str:
-    return "lossless" if case.lossless is False else "conformance"
+    """An alert entry's reason for a failing case: its worst failure (lossless, then the target raising)."""
+    if case.lossless is False:
+        return LOSSLESS
+    return RAISED if _raised(case) else CONFORMANCE
 
 
 def _known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
@@ -260,9 +276,12 @@ def _new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> t
     # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
     fresh = [c for c in failing if (c.case_id, _failure_reason(c)) not in known and (c.case_id, "lossless") not in known]
     already = [c.case_id for c in failing if c not in fresh]
-    lossy = [c.case_id for c in fresh if _failure_reason(c) == "lossless"]
+    lossy = [c.case_id for c in fresh if _failure_reason(c) == LOSSLESS]
     if lossy:
         return Kind.VIOLATION, lossy, already
+    raised = [c.case_id for c in fresh if _failure_reason(c) == RAISED]
+    if raised:
+        return Kind.EXCEPTION, raised, already
     if fresh:
         return Kind.PERFORMANCE, [c.case_id for c in fresh], already
     return None, [], already
@@ -378,12 +397,38 @@ def _drift(session: Session, run: Run, cases: dict[str, CaseResult], config: Ana
 
 
 # ------------------------------------------------------------------------------------------ confirmation
-def _evidence(case: CaseResult | None) -> Evidence | None:
+def _evidence(case: CaseResult | None) -> CaseEvidence | None:
+    """A stored case result as confirmation evidence (None when it measured nothing: error, skipped)."""
     if case is None or case.threshold is None or case.verdict in (Verdict.error, Verdict.skipped):
         return None
-    if case.log_e_value is None:
-        return Evidence(None, case.threshold) if case.verdict is Verdict.fail else None
-    return Evidence(case.log_e_value, case.threshold)
+    details = case.details or {}
+    checks = []
+    for check in details.get("checks") or []:
+        if not isinstance(check, dict) or "name" not in check:
+            continue
+        # Schema 1 results have no stopped e-value: their running maxima are not e-values, so they add nothing
+        # to a product (-inf); a rejection in both runs still confirms.
+        stopped = check.get("stopped_log_e_value", -math.inf)
+        checks.append(CheckEvidence(str(check["name"]), str(check.get("layer", "")), bool(check.get("rejected")), stopped))
+    if not checks and case.verdict is Verdict.fail:
+        # No per-check evidence (schema 1 rows): the layer's rejection stands for its checks, so only a
+        # rejection of the same layer in both runs confirms (the product route needs stopped e-values).
+        failed = {LOSSLESS: case.lossless is False, CONFORMANCE: case.conformance is False}
+        checks = [CheckEvidence(f"({layer})", layer, True, -math.inf) for layer, yes in failed.items() if yes]
+    certain = set(details.get("certain") or [])
+    if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.fail:
+        certain.add(_failure_reason(case))  # schema 1: log E None marked a certain violation of the failed layer
+    return CaseEvidence(case.threshold, tuple(checks), frozenset(certain), raised=_raised(case))
+
+
+def _failed_layers(case: CaseResult) -> list[str]:
+    """The layers a failing case failed in, worst first: what its confirmation may confirm."""
+    layers = [LOSSLESS] if case.lossless is False else []
+    if _raised(case):
+        layers.append(RAISED)
+    if case.conformance is False:
+        layers.append(CONFORMANCE)
+    return layers or [_failure_reason(case)]
 
 
 def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
@@ -397,12 +442,18 @@ def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult],
     entries: list[dict[str, Any]] = []
     for case_id in failing:
         before, again = _evidence(first.get(case_id)), _evidence(cases.get(case_id))
-        if before is None or again is None or not confirmed(before, again):
+        if before is None or again is None:
             continue
-        entry = _entry(first[case_id], "lossless" if first[case_id].lossless is False else "conformance")
-        entry["confirmation_log_e_value"] = cases[case_id].log_e_value
-        entry["confirmation_verdict"] = cases[case_id].verdict.value
-        entries.append(entry)
+        for layer in _failed_layers(first[case_id]):  # the alert's kind follows the layer that was confirmed
+            confirmed_by = confirmation(before, again, layer)
+            if confirmed_by is None:
+                continue
+            entry = _entry(first[case_id], layer)
+            entry["confirmed_by"] = confirmed_by
+            entry["confirmation_log_e_value"] = cases[case_id].log_e_value
+            entry["confirmation_verdict"] = cases[case_id].verdict.value
+            entries.append(entry)
+            break
     analysis["confirmed"] = [e["case_id"] for e in entries]
     if entries or (parent.analysis or {}).get("known_failing"):  # a known failure still fails the commit
         status = "confirmed" if entries else "failure"
@@ -412,7 +463,9 @@ def _analyse_confirmation(ctx: _Context, run: Run, cases: dict[str, CaseResult],
     if not entries:
         log.info("failure_not_confirmed run_id=%s confirmation_run_id=%s", parent.id, run.id)
         return
-    kind = AlertKind.violation if any(e["reason"] == "lossless" for e in entries) else AlertKind.performance
+    reasons = {e["reason"] for e in entries}
+    kind = AlertKind.violation if LOSSLESS in reasons else AlertKind.exception if RAISED in reasons else AlertKind.performance
+    analysis["confirmed_kind"] = kind.value
     _start_bisection(ctx, parent, kind, entries, confirmation=run, state=dict(parent.analysis or {}))
 
 
@@ -469,7 +522,7 @@ def _commit_outcome(runs: Sequence[Run], cases_of: dict[int, dict[str, CaseResul
         if reason == "drift":
             if case.verdict is Verdict.fail or _still_drifting(entry, case):
                 return Outcome.BAD
-        elif case.verdict is Verdict.fail and (reason != "lossless" or case.lossless is False):
+        elif case.verdict is Verdict.fail and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and _raised(case))):
             return Outcome.BAD
     return Outcome.GOOD
 
@@ -569,6 +622,7 @@ def _summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, en
         AlertKind.violation: "losslessness violation",
         AlertKind.performance: "performance regression",
         AlertKind.broken: "broken commit",
+        AlertKind.exception: "sampler exception on a valid input",
     }[kind]
     cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
     return f"{what} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"

@@ -19,32 +19,76 @@ class Kind(StrEnum):
     VIOLATION = "violation"  # losslessness fails: emitted tokens do not follow the target law
     PERFORMANCE = "performance"  # lossless, but the acceptance behaviour changed (conformance fails)
     BROKEN = "broken"  # the commit does not import or crashes the suite: not a statistical finding
+    EXCEPTION = "exception"  # the sampler raised on a valid input: a finding about the sampler, not a broken commit
+
+
+#: The layers a case can fail in, and what a failure of the target itself is called (an alert entry's reason).
+LOSSLESS, CONFORMANCE, RAISED = "lossless", "conformance", "exception"
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """One case's evidence from one run: its log e-value against its own threshold."""
+class CheckEvidence:
+    """One check of one run: did its running maximum reach the threshold, and its e-value at the stopping time.
 
-    log_e_value: float | None  # None: refuted with certainty (an impossible observation)
+    ``stopped_log_e``: the log e-value when the case stopped, a valid e-value by optional stopping (the
+    running maximum is not: under the null its mean exceeds 1); None: refuted with certainty; -inf when the
+    run did not record it (results of schema 1).
+    """
+
+    name: str
+    layer: str
+    rejected: bool
+    stopped_log_e: float | None
+
+
+@dataclass(frozen=True)
+class CaseEvidence:
+    """One case's evidence from one run, at its own threshold T = m / alpha."""
+
     threshold: float
+    checks: tuple[CheckEvidence, ...] = ()
+    certain: frozenset[str] = frozenset()  # layers with an observation impossible under the exact law
+    raised: bool = False  # the target raised on a valid input
 
     @property
     def log_threshold(self) -> float:
         return math.log(self.threshold)
 
 
-def confirmed(first: Evidence, confirmation: Evidence) -> bool:
-    """Optional continuation: the product of the two runs' e-values against the product of thresholds.
+def confirmation(first: CaseEvidence, again: CaseEvidence, layer: str) -> str | None:
+    """What confirms, in the rerun ``again`` (fresh seeds), that ``layer`` of the case failed in ``first``; None if nothing.
 
-    The confirmation run uses fresh seeds, so E1 * E2 is an e-value for the case (Vovk & Wang 2021;
-    Grunwald et al. 2024); rejecting when E1 * E2 >= T1 * T2 keeps the false-alarm rate of an alert
-    at most 1 / (T1 T2) <= (alpha/m)^2 per case, while a very strong first run can carry a weaker
-    confirmation. A certain refutation (None) in the confirmation run confirms on its own.
+    Only evidence about the same layer counts (a conformance-only violation never confirms a lossless alert):
+    - ``layer == RAISED``: the target raised again on the same case (deterministic, no statistics);
+    - a certain violation of ``layer`` in the rerun (impossible under the exact law);
+    - a check of ``layer`` whose stopped e-values multiply past the product of thresholds: E1 * E2 >= T1 * T2.
+      Each stopped value is an e-value (optional stopping of a test martingale at the case's stopping time),
+      the runs are independent, so the product is an e-value and Markov bounds the crossing by 1 / (T1 T2);
+    - a check of ``layer`` that rejected in both runs (running maxima past T1 and T2): by Ville's inequality
+      and independence at most 1 / (T1 T2).
+    Under the null of ``layer`` an alert of a case is thus confirmed with probability at most
+    2 m_L / (T1 T2), m_L being the case's checks of that layer; with T = m / alpha (m >= m_L checks in the
+    run) at most 2 alpha^2 / m per case. References: Ville 1939; Vovk & Wang 2021 (products of independent
+    e-values); Grunwald et al. 2024 (optional continuation).
     """
-    if confirmation.log_e_value is None:
-        return True
-    first_log = math.inf if first.log_e_value is None else first.log_e_value
-    return first_log + confirmation.log_e_value >= first.log_threshold + confirmation.log_threshold
+    if layer == RAISED:
+        return "raised again" if again.raised else None
+    if layer in again.certain:
+        return "certain violation"
+    before = {c.name: c for c in first.checks if c.layer == layer}
+    budget = first.log_threshold + again.log_threshold
+    for check in again.checks:
+        if check.layer != layer or check.name not in before:
+            continue
+        earlier = before[check.name]
+        if earlier.rejected and check.rejected:
+            return check.name
+        log_product = (
+            math.inf if earlier.stopped_log_e is None or check.stopped_log_e is None else earlier.stopped_log_e + check.stopped_log_e
+        )
+        if log_product >= budget:
+            return check.name
+    return None
 
 
 @dataclass(frozen=True)
@@ -130,8 +174,9 @@ class CaseOutcome:
 
     case_id: str
     verdict: str  # pass | fail | error | skipped
-    lossless: bool | None  # None: not measured (error, skipped)
+    lossless: bool | None  # None: not measured (error, skipped, raised)
     conformance: bool | None
+    raised: bool = False  # the target raised on a valid input (a failing case)
 
 
 def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None, list[str]]:
@@ -140,9 +185,10 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None
     The per-case verdicts already carry the run's family-wise control (each case rejects at E >= m/alpha,
     Bonferroni over the run's m tests), so a failing case is a finding of the run. A run in status
     ``error`` (the commit does not import, or crashes the suite) is BROKEN, never a violation. A failing
-    case whose losslessness layer fails makes a VIOLATION; failing cases whose losslessness holds but whose
-    conformance fails (the K law or the residual law) make a PERFORMANCE regression. A passing run calls
-    for nothing (None, []).
+    case whose losslessness layer fails makes a VIOLATION; else failing cases whose target raised on a valid
+    input make an EXCEPTION (a finding about the sampler, not a broken commit); else failing cases whose
+    losslessness holds but whose conformance fails (the K law or the residual law) make a PERFORMANCE
+    regression. A passing run calls for nothing (None, []).
     """
     if run_status == "error":
         return Kind.BROKEN, []
@@ -152,6 +198,9 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None
     lossy = [c.case_id for c in failing if c.lossless is False]
     if lossy:
         return Kind.VIOLATION, lossy
+    raised = [c.case_id for c in failing if c.raised]
+    if raised:
+        return Kind.EXCEPTION, raised
     return Kind.PERFORMANCE, [c.case_id for c in failing]
 
 

@@ -49,6 +49,7 @@ KIND_TITLES = {
     AlertKind.violation: "Losslessness violation",
     AlertKind.performance: "Performance regression",
     AlertKind.broken: "Broken commit",
+    AlertKind.exception: "Sampler exception on a valid input",
 }
 
 
@@ -93,6 +94,8 @@ def _fmt(value: Any, spec: str) -> str:
 def _case_line(entry: dict[str, Any]) -> str:
     if entry.get("reason") == "broken":
         return f"*suite error*: {entry.get('error') or 'the suite could not run'}"[:MAX_SECTION_TEXT]
+    if entry.get("reason") == "exception":
+        return f"• `{entry['case_id']}` (the sampler raised on a valid input): {entry.get('error') or '—'}"[:MAX_SECTION_TEXT]
     e_value = (
         "∞ (impossible observation)"
         if entry.get("log_e_value") is None and entry.get("reason") != "drift"
@@ -100,7 +103,7 @@ def _case_line(entry: dict[str, Any]) -> str:
     )
     line = (
         f"• `{entry['case_id']}` ({entry.get('reason')}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
-        f"TV {_fmt(entry.get('tv_estimate'), '.4f')}, acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
+        f"TV estimate {_fmt(entry.get('tv_estimate'), '.4f')} (descriptive), acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
         f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
     )
     if entry.get("reason") == "drift":
@@ -138,6 +141,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str) -> dict[str, Any
         AlertKind.violation: "Losslessness violation",
         AlertKind.performance: "Performance regression",
         AlertKind.broken: "Broken commit",
+        AlertKind.exception: "Sampler exception on a valid input",
     }[alert.kind]
     verb = "Resolved" if event == "resolved" else ""
     header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
@@ -147,8 +151,10 @@ def slack_message(alert: Alert, event: str, dashboard_url: str) -> dict[str, Any
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.confirmed and alert.kind is AlertKind.exception:
+        confirmation = "confirmed by a second run with fresh seeds (the target raised again)"
     elif alert.confirmed:
-        confirmation = "confirmed by a second run with fresh seeds (e-values multiplied)"
+        confirmation = "confirmed by a second run with fresh seeds (the same checks' stopped e-values multiplied, or rejecting again)"
     elif any(e.get("reason") == "drift" for e in alert.cases):
         confirmation = "acceptance drift against the recent passing baseline (Hoeffding-calibrated)"
     else:

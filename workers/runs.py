@@ -26,7 +26,22 @@ from service.models import CaseResult, InstallMode, Run, RunStatus, Verdict
 log = logging.getLogger(__name__)
 
 FINISHED = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled})
-_CASE_DETAIL_FIELDS = ("family", "description", "reason", "trial_cap", "powered", "attempt", "checks", "schema")
+_CASE_DETAIL_FIELDS = (
+    "family",
+    "description",
+    "reason",
+    "trial_cap",
+    "powered",
+    "attempt",
+    "checks",
+    "schema",
+    # schema 2
+    "failure",
+    "headline",
+    "current_log_e_value",
+    "current_e_value",
+    "certain",
+)
 
 
 @dataclass(frozen=True)
@@ -162,7 +177,11 @@ def _layer(value: Any) -> bool | None:
 
 
 def case_result_row(run_id: int, case: dict[str, Any]) -> CaseResult:
-    """One suite case result (``schema: 1``) as a row; what has no column goes to ``details``."""
+    """One suite case result (``schema`` 1 or 2) as a row; what has no column goes to ``details``.
+
+    Schema 2 adds each check's stopped e-value (what confirmation multiplies), the case's ``failure``
+    (``raised``: the target raised on a valid input), its ``headline`` check and that check's current e-value.
+    """
     tv_ci = case.get("tv_ci") or (None, None)
     acceptance = case.get("acceptance") or {}
     seed = case.get("seed")

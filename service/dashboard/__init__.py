@@ -99,7 +99,7 @@ def case_charts(history: CaseHistory) -> list[Markup]:
         log_ticks=True,
     )
     tv = Chart(
-        title="TV distance estimate with its interval",
+        title="TV distance estimate with its interval (descriptive: computed at a data-dependent stop)",
         labels=labels,
         series=[Series("TV estimate", [p.tv_estimate for p in points], "#1f5fbf")],
         band=([p.tv_low for p in points], [p.tv_high for p in points]),

@@ -1,7 +1,8 @@
 """``python -m workers.suite``: run the suite and print JSON (the protocol workers and the CLI read).
 
-Exit status: 0 every case passed, 1 a violation (some case failed), 2 a usage or target error
-(including a case that crashed in the target).
+Exit status: 0 every case passed, 1 a violation (some case failed, including a target that raised on a
+valid input: that case fails as ``raised``), 2 a usage or target error (a target that cannot be loaded, a
+case that cannot be set up or errors).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.sampling import Sampler, SpecOutput, SpecStep
+from workers.suite.laws import MAX_JOINT_CELLS, step_joint_cells
+from workers.suite.sampling import Sampler, SpecOutput, SpecStep, TargetRaised, sample_rows, uniforms
 
 
 class Layer(enum.StrEnum):
@@ -30,10 +31,15 @@ class Layer(enum.StrEnum):
 
 @dataclass(frozen=True)
 class CheckSpec:
+    """One test: an exact null law over cells, the probability that a trial contributes an observation,
+    its layer, and whether it is ``designed`` (sets the trial cap and counts for ``powered``; a check of
+    the step's joint law over many cells runs and counts in the Bonferroni m without sizing the run)."""
+
     name: str
     layer: Layer
     null: NDArray[np.float64]
     reach: float
+    designed: bool = True
 
     @property
     def support(self) -> int:
@@ -78,10 +84,15 @@ class ChainExperiment:
     """Trials of one context-free chain step through a sampler under test.
 
     Checks: ``lossless/pos{t}`` (token at t given t emitted ~ p_t), ``conformance/pos{t}`` ((accepted?,
-    token) at draft position t given reached ~ [m_t, (p_t - q_t)_+]) and ``conformance/K`` (K law).
+    token) at draft position t given reached ~ [m_t, (p_t - q_t)_+]) and ``conformance/K`` (K law), and
+    the joint law of the step where it stays within ``MAX_JOINT_CELLS`` cells: ``lossless/joint`` (the
+    step completed to gamma + 1 tokens by fresh draws from p_t ~ prod_t p_t) or, beyond, ``lossless/pair{t}``
+    (completed tokens t, t + 1 ~ p_t x p_{t+1}); ``conformance/joint`` ((K, Y_1..Y_{K+1}) ~ the Leviathan
+    law). The joint checks are not ``designed``: they count in the Bonferroni m but do not size the run.
     Certain violations found here: malformed output, ids out of range, an emitted prefix that differs
     from the drafts, drafts outside the support of q (the runner adds observations in null-probability
-    cells of any check, e.g. an emitted token with p_t = 0).
+    cells of any check, e.g. an emitted token with p_t = 0). An exception of the sampler is raised as
+    ``TargetRaised``.
     """
 
     #: Fingerprint probe: one vectorised batch is cheap.
@@ -98,6 +109,16 @@ class ChainExperiment:
             CheckSpec(f"conformance/pos{t + 1}", Layer.CONFORMANCE, law.position_joint(t), float(law.reach[t])) for t in range(gamma)
         ]
         checks.append(CheckSpec("conformance/K", Layer.CONFORMANCE, law.k_law, 1.0))
+        vocab = step.vocab_size
+        self._joint = vocab ** (gamma + 1) <= MAX_JOINT_CELLS
+        self._pairs = not self._joint and vocab**2 <= MAX_JOINT_CELLS
+        if self._joint:
+            checks.append(CheckSpec("lossless/joint", Layer.LOSSLESS, law.completed_joint(), 1.0, designed=False))
+        elif self._pairs:
+            checks += [CheckSpec(f"lossless/pair{t + 1}", Layer.LOSSLESS, law.completed_pair(t), 1.0, designed=False) for t in range(gamma)]
+        self._step_joint = step_joint_cells(vocab, gamma) <= MAX_JOINT_CELLS
+        if self._step_joint:
+            checks.append(CheckSpec("conformance/joint", Layer.CONFORMANCE, law.step_joint(), 1.0, designed=False))
         self._checks = tuple(c for c in checks if c.reach > 0)
         self._draft_support = step.draft_probs > 0
 
@@ -114,11 +135,14 @@ class ChainExperiment:
         return None
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        out = self.sampler(self.step, n, generator)
+        try:
+            out = self.sampler(self.step, n, generator)
+        except Exception as exc:
+            raise TargetRaised(exc) from exc
         violations = self._structural_violations(out, n)
         if violations:
             return Observation({}, violations, 0, b"")
-        return self._observe(out)
+        return self._observe(out, generator)
 
     def _structural_violations(self, out: SpecOutput, n: int) -> tuple[Violation, ...]:
         gamma, vocab = self.step.gamma, self.step.vocab_size
@@ -147,7 +171,7 @@ class ChainExperiment:
             found.append(Violation(Layer.CONFORMANCE, f"a draft id is outside [0, {vocab})"))
         return tuple(found)
 
-    def _observe(self, out: SpecOutput) -> Observation:
+    def _observe(self, out: SpecOutput, generator: torch.Generator) -> Observation:
         gamma, vocab = self.step.gamma, self.step.vocab_size
         k = out.n_accepted.long()
         drafts, tokens = out.drafts.long(), out.tokens.long()
@@ -164,8 +188,31 @@ class ChainExperiment:
             cell = tokens[reached, t] + vocab * (k[reached] == t).long()
             counts[f"conformance/pos{t + 1}"] = _bincount(cell, 2 * vocab)
         counts["conformance/K"] = _bincount(k, gamma + 1)
+        if self._joint or self._pairs:
+            fresh = sample_rows(self.step.target_probs, uniforms(len(k), gamma + 1, generator, tokens.device))
+            cols = torch.arange(gamma + 1, device=tokens.device)
+            completed = torch.where(cols <= k[:, None], tokens, fresh)
+            if self._joint:
+                weights = vocab ** torch.arange(gamma, -1, -1, device=tokens.device)
+                counts["lossless/joint"] = _bincount((completed * weights).sum(dim=1), vocab ** (gamma + 1))
+            else:
+                for t in range(gamma):
+                    counts[f"lossless/pair{t + 1}"] = _bincount(completed[:, t] * vocab + completed[:, t + 1], vocab * vocab)
+        if self._step_joint:
+            counts["conformance/joint"] = _bincount(self._step_cell(tokens, k), step_joint_cells(vocab, gamma))
         sample = tokens[: min(len(tokens), 256)].cpu().numpy().astype(np.int64).tobytes()
         return Observation(counts, tuple(violations), int(k.sum()), sample)
+
+    def _step_cell(self, tokens: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Cell of (K, Y_1..Y_{K+1}) in ``ChainLaw.step_joint``'s order."""
+        gamma, vocab = self.step.gamma, self.step.vocab_size
+        cell = torch.zeros_like(k)
+        offset = torch.zeros_like(k)
+        for j in range(gamma + 1):
+            emitted = j <= k
+            cell = torch.where(emitted, cell * vocab + tokens[:, j].clamp(min=0), cell)
+            offset = torch.where(j < k, offset + vocab ** (j + 1), offset)
+        return offset + cell
 
 
 # ------------------------------------------------------------------------------------------ edge checks

@@ -17,6 +17,45 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 
+#: Joint laws of a whole step are enumerated up to this many cells (pairwise laws beyond).
+MAX_JOINT_CELLS = 50_000
+#: How far a law's total may be from 1 (float64 products of rows that each sum to 1 within 1e-9).
+LAW_SUM_TOLERANCE = 1e-6
+
+
+def validate_law(name: str, law: NDArray[np.floating]) -> FloatArray:
+    """``law`` as a float64 vector if it is a probability law over its cells; ValueError naming it otherwise.
+
+    Finite, non-negative, summing to 1 within ``LAW_SUM_TOLERANCE``: the e-process and the support check
+    assume all three (a NaN cell is neither a support violation nor counted; the mixture assumes sum 1).
+    """
+    arr = np.asarray(law, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"law of {name} must be a non-empty vector, got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"law of {name} is not finite: {bad.size} cell(s) are {arr[bad[0]]} (first: cell {int(bad[0])})")
+    negative = np.flatnonzero(arr < 0)
+    if negative.size:
+        raise ValueError(f"law of {name} has {negative.size} negative cell(s) (first: cell {int(negative[0])} = {arr[negative[0]]:.3g})")
+    total = float(arr.sum())
+    if abs(total - 1.0) > LAW_SUM_TOLERANCE:
+        raise ValueError(f"law of {name} sums to {total:.12g}, not 1")
+    return arr
+
+
+def step_joint_cells(vocab_size: int, gamma: int) -> int:
+    """Cells of the law of (K, Y_1..Y_{K+1}): sum_{k=0}^{gamma} V^(k+1)."""
+    return sum(vocab_size ** (k + 1) for k in range(gamma + 1))
+
+
+def _outer(rows: Sequence[FloatArray]) -> FloatArray:
+    """The product law of independent rows, flattened in base-V order (the first row is the most significant)."""
+    out = np.ones(1, dtype=np.float64)
+    for row in rows:
+        out = (out[:, None] * row[None, :]).reshape(-1)
+    return out
+
 
 def _as_rows(x: NDArray[np.floating] | Sequence[Sequence[float]], name: str) -> FloatArray:
     rows = np.array(x, dtype=np.float64, copy=True)
@@ -125,6 +164,35 @@ class ChainLaw:
         """
         return np.concatenate((self.accept_mass[t], self.excess[t]))
 
+    def step_joint(self) -> FloatArray:
+        """Exact law of the whole step (K, Y_1..Y_{K+1}), blocks k = 0..gamma of V^(k+1) cells each.
+
+        P(K = k, Y = y) = prod_{i<=k} m_i(y_i) * (p_{k+1} - q_{k+1})_+(y_{k+1}) for k < gamma, the last factor
+        being p_{gamma+1}(y_{gamma+1}) for k = gamma (Leviathan et al. 2023, Theorem 1; DESIGN "Exact reference
+        laws"). Cell of (k, y): sum_{j<k} V^(j+1) + sum_t y_t V^(k-t) (t = 1..k+1). It refines every
+        per-position law with the dependence between positions. Use ``step_joint_cells`` to size it first.
+        """
+        gamma = self.gamma
+        blocks = []
+        for k in range(gamma + 1):
+            last = self.excess[k] if k < gamma else self.p[gamma]
+            blocks.append(_outer([*self.accept_mass[:k], last]))
+        return np.concatenate(blocks)
+
+    def completed_joint(self) -> FloatArray:
+        """Law of the step completed to gamma + 1 tokens: prod_t p_t over V^(gamma+1) cells (base-V order).
+
+        Positions the step did not emit are drawn afresh from p_t (independently). Losslessness of the whole
+        step means exactly this product law (the speculative output, continued autoregressively, is the
+        target's own sampling; Leviathan et al. 2023, Theorem 1): a per-position check cannot see a sampler
+        that couples its positions (one uniform for every draft), this one can.
+        """
+        return _outer(list(self.p))
+
+    def completed_pair(self, t: int) -> FloatArray:
+        """Law of the completed step's tokens at positions t, t + 1 (0-based): p_t x p_{t+1}, cell a * V + b."""
+        return _outer([self.p[t], self.p[t + 1]])
+
 
 NextTokenOracle = Callable[[tuple[int, ...]], NDArray[np.floating]]
 
@@ -151,7 +219,8 @@ def sequence_law(next_token: NextTokenOracle, length: int, vocab_size: int) -> F
             row = np.asarray(next_token(prefix), dtype=np.float64)
             if row.shape != (vocab_size,):
                 raise ValueError(f"oracle returned shape {row.shape}, expected ({vocab_size},)")
+            validate_law(f"the next token after prefix {prefix}", row)
             rows[i] = row
         law = (law[:, None] * rows).reshape(-1)
         prefixes = [(*prefix, y) for prefix in prefixes for y in range(vocab_size)]
-    return law
+    return validate_law(f"the first {length} generated tokens", law)

@@ -147,6 +147,14 @@ def reused_uniform(step: SpecStep, n: int, generator: torch.Generator) -> SpecOu
     return assemble(drafts, k, sample_by_row_index(rows, k, reuse))
 
 
+def shared_step_uniform(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+    """One uniform draws every draft of a step (positions coupled); each marginal is still q_i, so only a
+    check of the step's joint law sees it."""
+    shared = uniforms(n, 1, generator, step.device).expand(n, step.gamma)
+    drafts = sample_rows(step.draft_probs, shared)
+    return _finish(*_verify(step, n, generator, drafts=drafts)[:3], generator)
+
+
 def relaxed_acceptance(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
     """Accept while u < ratio / 0.9 (a relaxed threshold, SGLang threshold_acc < 1)."""
     return _finish(*_verify(step, n, generator, relax=0.9)[:3], generator)
@@ -236,6 +244,7 @@ MUTANTS: dict[str, Mutant] = {
         _mutant(bonus_from_last_draft_position),
         _mutant(q_index_shifted),
         _mutant(reused_uniform),
+        _mutant(shared_step_uniform),
         _mutant(relaxed_acceptance),
         _mutant(accept_on_tie),
         _mutant(n_accepted_sum_of_bits),

@@ -7,10 +7,22 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Bump when a field is added, removed or changes meaning.
-RESULT_SCHEMA = 1
+#: Bump when a field is added, removed or changes meaning. 2: checks carry their stopped e-value
+#: (``stopped_log_e_value``), ``reach`` and ``designed``; cases carry ``failure``, ``headline``,
+#: ``certain`` and the headline's current e-value; a passing case headlines its widest designed TV
+#: interval (it was the largest running maximum over all checks); a target that raises on a valid input
+#: is a failing case (``failure: raised``), no longer an error.
+RESULT_SCHEMA = 2
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
+
+
+class Failure(enum.StrEnum):
+    """Why a case failed: a layer's law is refuted, or the target raised on a valid input."""
+
+    LOSSLESS = "lossless"  # emitted tokens do not follow the target law
+    CONFORMANCE = "conformance"  # lossless, but the acceptance behaviour is not the exact one
+    RAISED = "raised"  # the target raised an exception on a valid input: a finding about the sampler
 
 
 class Verdict(enum.StrEnum):
@@ -39,7 +51,13 @@ class CheckResult:
     support_violations: int
     tv_estimate: float
     tv_ci: tuple[float, float]
-    design_epsilon: float | None  # TV detectable with the designed power at the trials run
+    design_epsilon: float | None  # TV detectable with the designed power from the observations this check got
+    #: The e-value at the case's stopping time (a valid e-value by optional stopping, unlike the running
+    #: maximum ``log_e_value``): what confirmation multiplies. None: refuted with certainty.
+    stopped_log_e_value: float | None = 0.0
+    stopped_e_value: float = 1.0
+    reach: float | None = None  # P(a trial contributes an observation) under the null
+    designed: bool = True  # the check sets the trial cap and counts for ``powered``
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,15 @@ class CaseResult:
     attempt: int
     device: str
     checks: tuple[CheckResult, ...] = ()
+    #: Why the case failed (None unless ``verdict`` is fail): the first failed layer, or ``raised``.
+    failure: Failure | None = None
+    #: The check whose figures the case reports (``e_value``, ``tv_estimate``, ``tv_ci``).
+    headline: str | None = None
+    #: The headline check's e-value at the stopping time, beside its running maximum ``log_e_value``.
+    current_log_e_value: float | None = 0.0
+    current_e_value: float = 1.0
+    #: Layers with a certain violation (an observation impossible under the exact law).
+    certain: tuple[str, ...] = ()
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

@@ -19,17 +19,19 @@ import torch
 from workers.suite import CATALOGUE_VERSION, SUITE_VERSION
 from workers.suite.cases import Case
 from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.laws import validate_law
 from workers.suite.results import (
     Acceptance,
     CaseResult,
     CheckResult,
+    Failure,
     RunResult,
     Verdict,
     capped_e,
     finite_or_none,
     run_verdict,
 )
-from workers.suite.sampling import Sampler
+from workers.suite.sampling import Sampler, TargetRaised
 from workers.suite.stats import (
     SEQUENTIAL_INFLATION,
     detectable_epsilon,
@@ -37,6 +39,7 @@ from workers.suite.stats import (
     plan_test,
     rejection_threshold,
     support_violations,
+    trials_for_observations,
     tv_interval,
     weighted_chi2_pvalue,
 )
@@ -45,6 +48,8 @@ from workers.suite.stats import (
 QUICK_EPSILON = 0.1
 #: Checks of positions reached less often than this run but do not set the trial cap.
 MIN_DESIGN_REACH = 1e-3
+#: The cap gives every designed check its planned observations except with this probability (binomial).
+SHORTFALL_PROBABILITY = 1e-3
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,7 @@ class _CaseState:
     rejected_at: dict[str, int] = field(default_factory=dict)
     violations: dict[Layer, Violation] = field(default_factory=dict)
     malformed: bool = False
+    raised: TargetRaised | None = None
     trials: int = 0
     accepted_total: int = 0
     fingerprint: str = ""
@@ -191,7 +197,30 @@ class _CaseState:
 
     def done(self) -> bool:
         """A lossless failure ends the case; a conformance failure alone keeps testing losslessness."""
-        return self.malformed or self.failed(Layer.LOSSLESS)
+        return self.malformed or self.raised is not None or self.failed(Layer.LOSSLESS)
+
+
+def designed_checks(experiment: Experiment) -> list[CheckSpec]:
+    """The checks that size the run and count for ``powered``: designed, reached with probability >= 1e-3."""
+    return [c for c in experiment.checks if c.designed and c.reach >= MIN_DESIGN_REACH]
+
+
+def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, threshold: float) -> int:
+    """Trials that give every designed check its planned observations (power 1 - beta at TV ``epsilon`` at
+    level 1 / ``threshold``) except with probability ``SHORTFALL_PROBABILITY``, within ``config.max_trials``."""
+    if experiment.fixed_trials is not None:
+        return experiment.fixed_trials
+    wanted = 0.0
+    for check in designed_checks(experiment):
+        design = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta)
+        wanted = max(wanted, trials_for_observations(design.needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
+    return int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+
+
+def validate_laws(experiment: Experiment) -> None:
+    """ValueError naming the law unless every check's null is a probability law (finite, >= 0, sums to 1)."""
+    for check in experiment.checks:
+        validate_law(check.name, check.null)
 
 
 def run_case(
@@ -213,30 +242,29 @@ def run_case(
     positions reached with probability below ``MIN_DESIGN_REACH`` still run but do not set the cap.
     """
     started = time.perf_counter()
+    validate_laws(experiment)
     seed = derive_seed(config.seed, case.id, config.attempt)
     generator = torch.Generator(device=config.device).manual_seed(seed)
     epsilon = config.epsilon_for(case)
     threshold = rejection_threshold(config.alpha, tests_in_run)
-    designed = [c for c in experiment.checks if c.reach >= MIN_DESIGN_REACH]
-    wanted = max((plan_test(c.support, c.reach, epsilon, 1.0 / threshold, config.beta).trials() for c in designed), default=0.0)
-    if experiment.fixed_trials is not None:
-        cap = experiment.fixed_trials
-    else:
-        cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+    cap = trial_cap(experiment, config, epsilon, threshold)
     state = _CaseState(experiment.checks, math.log(threshold))
-    state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
     batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
     timed_out = False
-    while state.trials < cap and not state.done():
-        n = min(batch, cap - state.trials)
-        state.add(experiment.run(n, generator), n)
-        if progress is not None:
-            best = max(state.max_log_e.values(), default=0.0)
-            progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
-        if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
-            timed_out = state.trials < cap and not state.done()
-            break
-        batch = min(2 * batch, config.max_batch)
+    try:
+        state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
+        while state.trials < cap and not state.done():
+            n = min(batch, cap - state.trials)
+            state.add(experiment.run(n, generator), n)
+            if progress is not None:
+                best = max(state.max_log_e.values(), default=0.0)
+                progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
+            if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
+                timed_out = state.trials < cap and not state.done()
+                break
+            batch = min(2 * batch, config.max_batch)
+    except TargetRaised as raised:  # the code under test raised on a valid input: a finding, not an error
+        state.raised = raised
     return _case_result(
         case, experiment, config, state, cap=cap, threshold=threshold, seed=seed, epsilon=epsilon, timed_out=timed_out, started=started
     )
@@ -256,45 +284,64 @@ def _case_result(
     started: float,
 ) -> CaseResult:
     alpha_test = 1.0 / threshold  # alpha / m
+    designed = {c.name for c in designed_checks(experiment)}
     checks: list[CheckResult] = []
     for check in experiment.checks:
         counts = state.counts[check.name]
-        log_e = state.max_log_e[check.name]
+        observations = int(counts.sum())
         tv_hat, lo, hi = tv_interval(counts, check.null)
-        if check.reach > 0 and state.trials > 0:
-            design_eps = detectable_epsilon(check.support, state.trials * check.reach / SEQUENTIAL_INFLATION, alpha_test, config.beta)
-        else:
-            design_eps = math.inf
+        # What this check can detect from the observations it actually got (not trials x the null's reach:
+        # a sampler that reaches the position less often gives it fewer).
+        design_eps = detectable_epsilon(check.support, observations / SEQUENTIAL_INFLATION, alpha_test, config.beta)
         checks.append(
             CheckResult(
                 name=check.name,
                 layer=check.layer.value,
-                observations=int(counts.sum()),
-                log_e_value=finite_or_none(log_e),
-                e_value=capped_e(log_e),
+                observations=observations,
+                log_e_value=finite_or_none(state.max_log_e[check.name]),
+                e_value=capped_e(state.max_log_e[check.name]),
                 rejected=check.name in state.rejected_at,
                 support_violations=support_violations(counts, check.null),
                 tv_estimate=tv_hat,
                 tv_ci=(lo, hi),
                 design_epsilon=finite_or_none(design_eps),
+                stopped_log_e_value=finite_or_none(state.log_e[check.name]),
+                stopped_e_value=capped_e(state.log_e[check.name]),
+                reach=check.reach,
+                designed=check.name in designed,
             )
         )
     lossless = Verdict.FAIL if state.failed(Layer.LOSSLESS) else Verdict.PASS
     conformance = Verdict.FAIL if state.failed(Layer.CONFORMANCE) else Verdict.PASS
-    verdict = Verdict.FAIL if Verdict.FAIL in (lossless, conformance) else Verdict.PASS
-    decisive = _decisive(checks, lossless)
+    failure: Failure | None = None
+    if lossless == Verdict.FAIL:
+        failure = Failure.LOSSLESS
+    elif state.raised is not None:
+        failure = Failure.RAISED
+        lossless = conformance = Verdict.ERROR  # not measured to the end: the target stopped answering
+    elif conformance == Verdict.FAIL:
+        failure = Failure.CONFORMANCE
+    verdict = Verdict.PASS if failure is None else Verdict.FAIL
+    failed_layer = {Failure.LOSSLESS: Layer.LOSSLESS, Failure.CONFORMANCE: Layer.CONFORMANCE}.get(failure) if failure else None
+    headline = _headline(checks, state, failed_layer, designed)
     # A certain violation in the failed layer refutes the law outright (infinite evidence, log E None), even
     # when no check counted it (deterministic experiments, malformed output).
-    failed_layer = Layer.LOSSLESS if lossless == Verdict.FAIL else (Layer.CONFORMANCE if conformance == Verdict.FAIL else None)
     certain = failed_layer is not None and failed_layer in state.violations
-    designed = {c.name for c in experiment.checks if c.reach >= MIN_DESIGN_REACH}
-    powered = verdict == Verdict.FAIL or (
-        not timed_out
-        and all(c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in checks if c.name in designed)
+    # Power backs a pass: every designed check of each layer that passed got the observations its design
+    # needs (a failure needs none). A conformance-only failure still claims losslessness, so its lossless
+    # checks must be powered.
+    claimed = {c.layer for c in checks if c.name in designed}
+    if failure in (Failure.LOSSLESS, Failure.RAISED):
+        claimed = set()
+    elif failure == Failure.CONFORMANCE:
+        claimed = {Layer.LOSSLESS.value}
+    backing = [c for c in checks if c.name in designed and c.layer in claimed]
+    powered = not (timed_out and failure is None) and all(
+        c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in backing
     )
     p_value = None
-    if decisive is not None and state.trials > 0:
-        spec = next(c for c in experiment.checks if c.name == decisive.name)
+    if headline is not None and state.trials > 0:
+        spec = next(c for c in experiment.checks if c.name == headline.name)
         draws = int(min(999, max(99, 5_000_000 // max(len(spec.null), 1))))  # bounded cost at large V
         p_value = weighted_chi2_pvalue(state.counts[spec.name], spec.null, np.random.default_rng(seed), draws=draws)
     digest = hashlib.sha256()
@@ -306,18 +353,18 @@ def _case_result(
         family=case.family,
         description=case.description,
         verdict=verdict,
-        reason=_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed),
+        reason=_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed),
         lossless=lossless,
         conformance=conformance,
         n_trials=state.trials,
         trial_cap=cap,
         powered=powered,
-        e_value=capped_e(math.inf) if certain else (decisive.e_value if decisive else 1.0),
-        log_e_value=None if certain else (decisive.log_e_value if decisive else 0.0),
+        e_value=capped_e(math.inf) if certain else (headline.e_value if headline else 1.0),
+        log_e_value=None if certain else (headline.log_e_value if headline else 0.0),
         p_value=p_value,
         threshold=threshold,
-        tv_estimate=decisive.tv_estimate if decisive else None,
-        tv_ci=decisive.tv_ci if decisive else None,
+        tv_estimate=headline.tv_estimate if headline else None,
+        tv_ci=headline.tv_ci if headline else None,
         acceptance=Acceptance(
             observed=state.accepted_total / state.trials if state.trials else None,
             expected=experiment.expected_acceptance,
@@ -329,13 +376,30 @@ def _case_result(
         attempt=config.attempt,
         device=device_name(config.device),
         checks=tuple(checks),
+        failure=failure,
+        headline=headline.name if headline else None,
+        current_log_e_value=None if certain else (headline.stopped_log_e_value if headline else 0.0),
+        current_e_value=capped_e(math.inf) if certain else (headline.stopped_e_value if headline else 1.0),
+        certain=tuple(layer.value for layer in (Layer.LOSSLESS, Layer.CONFORMANCE) if layer in state.violations),
     )
 
 
-def _decisive(checks: Sequence[CheckResult], lossless: Verdict) -> CheckResult | None:
-    """The check to headline: the strongest evidence, from the lossless layer when it failed."""
-    pool = [c for c in checks if c.layer == Layer.LOSSLESS.value] if lossless == Verdict.FAIL else list(checks)
-    return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
+def _headline(checks: Sequence[CheckResult], state: _CaseState, failed: Layer | None, designed: set[str]) -> CheckResult | None:
+    """The check a case reports.
+
+    Failed layer: the check that rejected first (the strongest evidence when none did: certain violations).
+    Otherwise the designed checks (reached with probability >= 1e-3): the one with the largest upper TV
+    bound, i.e. the least the case can say. Taking the largest running maximum over all checks instead
+    would headline a rarely reached check that wandered up (its running maximum is not an e-value).
+    """
+    if failed is not None:
+        pool = [c for c in checks if c.layer == failed.value]
+        rejected = [c for c in pool if c.name in state.rejected_at]
+        if rejected:
+            return min(rejected, key=lambda c: (state.rejected_at[c.name], -(math.inf if c.log_e_value is None else c.log_e_value)))
+        return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
+    pool = [c for c in checks if c.name in designed] or list(checks)
+    return max(pool, key=lambda c: (c.tv_ci[1], c.tv_estimate), default=None)
 
 
 def _reason(
@@ -346,26 +410,43 @@ def _reason(
     epsilon: float,
     powered: bool,
     designed: set[str],
+    claimed: set[str],
 ) -> str:
+    if state.raised is not None and not state.failed(Layer.LOSSLESS):
+        error = state.raised.error
+        tail = "".join(traceback.format_exception(error))[-2000:]
+        return f"the target raised on a valid input after {state.trials} trials: {state.raised}\n{tail}"
     for layer in (Layer.LOSSLESS, Layer.CONFORMANCE):
         if layer in state.violations:
-            return f"certain {layer.value} violation: {state.violations[layer].message}"
+            reason = f"certain {layer.value} violation: {state.violations[layer].message}"
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
         rejected = [c for c in checks if c.layer == layer.value and c.rejected]
         if rejected:
             first = min(rejected, key=lambda c: state.rejected_at[c.name])
-            return (
+            reason = (
                 f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
                 f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
             )
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
     if not checks:
         return f"every deterministic check held in {state.trials} trials"
     if not powered:
-        worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed), default=math.inf)
+        worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
         return (
-            f"no check reached the threshold in {state.trials} trials; underpowered: these trials detect "
-            f"TV >= {worst:.3g} at the designed power, not {epsilon:g}"
+            f"no check reached the threshold in {state.trials} trials; underpowered: the observations the checks got "
+            f"detect TV >= {worst:.3g} at the designed power, not {epsilon:g}"
         )
     return f"no check reached the threshold in {state.trials} trials (designed to detect TV >= {epsilon:g})"
+
+
+def _underpowered_lossless(
+    layer: Layer, checks: Sequence[CheckResult], *, epsilon: float, powered: bool, designed: set[str], claimed: set[str]
+) -> str:
+    """A conformance failure still claims losslessness: say so when that claim is not backed by power."""
+    if layer is not Layer.CONFORMANCE or powered:
+        return ""
+    worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
+    return f"; losslessness underpowered: its observations detect TV >= {worst:.3g}, not {epsilon:g}"
 
 
 def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:

@@ -138,6 +138,18 @@ class Sampler(Protocol):
     def __call__(self, step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput: ...
 
 
+class TargetRaised(Exception):  # noqa: N818 - names what happened, like StopIteration
+    """The code under test raised on a valid input: a finding about the sampler, not a broken run.
+
+    Experiments raise it (``from`` the target's exception) around the call into the target, so the runner
+    can tell it from a fault of the suite itself. ``str()`` is the original exception's type and message.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Draw one token per uniform in ``u`` from the 1-D distribution ``probs`` (unnormalised ok).
 

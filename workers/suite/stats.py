@@ -116,12 +116,41 @@ def plan_test(support: int, reach: float, epsilon: float, alpha: float, beta: fl
     return CheckDesign(support=support, reach=reach, needed=needed)
 
 
+def trials_for_observations(needed: int, reach: float, shortfall: float, *, limit: int | None = None) -> float:
+    """Fewest trials n with P(Binomial(n, reach) < needed) <= ``shortfall``: a check of a position reached with
+    probability ``reach`` then gets its ``needed`` observations except with that probability.
+
+    inf when ``reach`` is 0; at most ``limit`` when given (the search stops there).
+    """
+    if needed <= 0:
+        return 0.0
+    if reach <= 0:
+        return math.inf
+    if reach >= 1:
+        return float(needed)
+    lo, hi = needed, max(needed, math.ceil(needed / reach))
+    while stats.binom.cdf(needed - 1, hi, reach) > shortfall:
+        lo, hi = hi, 2 * hi
+        if limit is not None and lo >= limit:
+            return float(limit)
+    while lo < hi:  # the smallest n in (lo, hi] that is short with probability <= shortfall
+        mid = (lo + hi) // 2
+        if stats.binom.cdf(needed - 1, mid, reach) > shortfall:
+            lo = mid + 1
+        else:
+            hi = mid
+    return float(hi)
+
+
 def tv_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:
     return 0.5 * float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).sum())
 
 
 def tv_interval(counts: NDArray[np.integer], p0: NDArray[np.floating], confidence: float = 0.99) -> tuple[float, float, float]:
-    """Plug-in TV(P_hat, p0) and a conservative confidence interval for TV(P, p0).
+    """Plug-in TV(P_hat, p0) and a conservative confidence interval for TV(P, p0) at a FIXED n.
+
+    Descriptive when n is a data-dependent stopping time (the runner stops at a rejection) or the check is
+    chosen from the data: the coverage is then not guaranteed (it is not a confidence sequence).
 
     With K = |supp(p0)|: E TV(P_hat, P) <= sqrt(K / n) / 2 (Cauchy-Schwarz) and TV(P_hat, P)
     concentrates within sqrt(ln(2/delta) / 2n) (McDiarmid), so TV(P, p0) lies within
@@ -152,6 +181,9 @@ def weighted_chi2(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> Floa
 
 def weighted_chi2_pvalue(counts: NDArray[np.integer], p0: NDArray[np.floating], rng: np.random.Generator, draws: int = 999) -> float:
     """Monte-Carlo-calibrated p-value of the weighted chi^2 statistic (a fixed-n cross-check).
+
+    Valid only at a fixed n chosen in advance; the runner computes it at a data-dependent stop on its
+    headline check, so there it is descriptive, never a decision.
 
     p = (1 + #{T_b >= T}) / (B + 1) with T_b simulated exactly under H0 (multinomial(n, p0)):
     valid for every B (Barnard 1963; Besag & Clifford 1989). No asymptotic critical values.

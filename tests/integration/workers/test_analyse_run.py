@@ -44,6 +44,14 @@ __all__ = ["speculative_sample"]
 '''
 
 
+# Raises on every valid input (as transformers 5.24.0 does when the residual underflows to zero in float32).
+RAISES = CORRECT.replace(
+    "    p, q = step.target_probs, step.draft_probs\n",
+    "    raise RuntimeError('probability tensor contains either inf, nan or element < 0')\n",
+    1,
+)
+
+
 @pytest.fixture(autouse=True)
 def slack_configured(monkeypatch: pytest.MonkeyPatch, worker_env: dict[str, str]) -> None:
     """Slack configured (nothing is sent here: the outbox rows are checked)."""
@@ -150,6 +158,32 @@ def test_a_broken_commit_is_its_own_kind_without_confirmation(factory: sessionma
     (alert,) = alerts(factory)
     assert (alert.kind, alert.first_bad_commit_id, alert.confirmed) == (AlertKind.broken, commit_ids[broken], False)
     assert "could not test this commit" in alert.cases[0]["error"]
+
+
+def test_a_sampler_that_raises_on_a_valid_input_is_its_own_kind_not_a_broken_commit(
+    factory: sessionmaker[Session], toy_repo: ToyRepo
+) -> None:
+    good = toy_repo.commit(CORRECT, "correct")
+    raising = toy_repo.commit(RAISES, "raises on a valid input")
+    commit_ids, run_ids = record(factory, toy_repo, [good, raising], tested=[good, raising])
+
+    done = drive(run_ids)
+
+    assert len(done) == 3  # the two runs and a confirmation: the exception is confirmed, not assumed
+    with factory() as session:
+        run = session.get_one(Run, run_ids[1])
+        assert run.status is RunStatus.failed  # a finding about the sampler, not an error of the run
+        assert run.analysis is not None
+        assert run.analysis["kind"] == "exception"
+        case = run.case_results[0]
+        assert case.details is not None
+        assert case.details["failure"] == "raised"
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.first_bad_commit_id, alert.confirmed) == (AlertKind.exception, commit_ids[raising], True)
+    assert {c["reason"] for c in alert.cases} == {"exception"}
+    assert all("RuntimeError: probability tensor contains" in c["error"] for c in alert.cases)
+    (message,) = slack_rows(factory)
+    assert message.alert_id == alert.id
 
 
 def test_the_alert_resolves_when_a_later_commit_passes(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:

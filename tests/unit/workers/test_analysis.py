@@ -7,32 +7,94 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis import AcceptanceSample, Evidence, Outcome, acceptance_drift, bisect, confirmed
+from workers.analysis import (
+    AcceptanceSample,
+    CaseEvidence,
+    CaseOutcome,
+    CheckEvidence,
+    Kind,
+    Outcome,
+    acceptance_drift,
+    bisect,
+    classify,
+    confirmation,
+)
+
+T = 1e6
 
 
-def test_confirmation_multiplies_e_values():
-    threshold = 1e6
-    strong = Evidence(log_e_value=math.log(1e9), threshold=threshold)
-    assert confirmed(strong, Evidence(math.log(1e3), threshold))  # 1e12 >= 1e12
-    assert not confirmed(strong, Evidence(math.log(1e2), threshold))
-    weak = Evidence(log_e_value=math.log(2e6), threshold=threshold)
-    assert not confirmed(weak, Evidence(math.log(1e5), threshold))
-    assert confirmed(weak, Evidence(None, threshold))  # a certain refutation confirms on its own
-    assert confirmed(Evidence(None, threshold), Evidence(0.0, threshold))
+def _case(*checks: tuple[str, str, bool, float | None], certain: frozenset[str] = frozenset(), raised: bool = False) -> CaseEvidence:
+    """Evidence of one case: (check, layer, rejected, stopped e-value or None for a certain refutation)."""
+    return CaseEvidence(
+        T,
+        tuple(CheckEvidence(name, layer, rejected, None if e is None else math.log(e)) for name, layer, rejected, e in checks),
+        certain,
+        raised,
+    )
+
+
+def test_confirmation_multiplies_the_same_checks_stopped_e_values():
+    first = _case(("lossless/pos1", "lossless", True, 1e9), ("lossless/pos2", "lossless", False, 0.5))
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1e3)), "lossless") == "lossless/pos1"  # 1e12 >= T^2
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1e2)), "lossless") is None
+    # Another check's evidence does not multiply with this one's.
+    assert (
+        confirmation(first, _case(("lossless/pos1", "lossless", False, 1.0), ("lossless/pos2", "lossless", False, 1e5)), "lossless") is None
+    )
+    # Or the same check rejects again in the rerun (its running maximum past T: Ville, independent runs).
+    assert confirmation(first, _case(("lossless/pos1", "lossless", True, 10.0)), "lossless") == "lossless/pos1"
+    # A certain refutation of the layer in the rerun confirms it.
+    assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
+
+
+def test_running_maxima_are_not_multiplied():
+    """The old rule multiplied the case-level running maxima (1e7 x 1e5 >= 1e12): a rerun whose check wandered
+    up to 1e5 and ended at 0.01 confirmed. Its stopped value does not, and it never rejected."""
+    first = _case(("lossless/pos1", "lossless", True, 1e7))
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1e-2)), "lossless") is None
+
+
+def test_confirmation_stays_within_the_layer_of_the_alert():
+    """A conformance-only certain violation (or rejection) in the rerun does not confirm a lossless alert."""
+    first = _case(("lossless/pos1", "lossless", True, 1e7), ("conformance/K", "conformance", True, 1e8))
+    rerun = _case(
+        ("lossless/pos1", "lossless", False, 0.5), ("conformance/K", "conformance", True, 1e9), certain=frozenset({"conformance"})
+    )
+    assert confirmation(first, rerun, "lossless") is None
+    assert confirmation(first, rerun, "conformance") == "certain violation"
+    assert confirmation(_case(raised=True), _case(raised=True), "exception") == "raised again"
+    assert confirmation(_case(raised=True), rerun, "exception") is None
 
 
 def test_confirmation_false_alarm_rate_under_the_null():
-    """Under H0 each e-value has mean <= 1; with E ~ a likelihood ratio of a null Bernoulli stream the
-    product crosses T^2 with probability <= 1/T^2 (Markov). Simulated: no crossing in 20,000 pairs."""
+    """Under H0 each stopped e-value has mean <= 1; the product of two independent ones crosses T^2 with
+    probability <= 1/T^2 (Markov), and both running maxima cross T with probability <= 1/T^2 (Ville): per
+    check at most 2/T^2. Simulated with a mean-one bet on a fair coin stopped at a random time: no crossing
+    in 20,000 pairs at T = 100 (expected at most 4)."""
     rng = np.random.default_rng(0)
     threshold = 100.0
 
-    def null_log_e() -> float:
-        x = rng.random(200) < 0.5
-        return float(np.sum(np.where(x, math.log(1.2), math.log(0.8))))  # mean-one bet on a fair coin
+    def null_check() -> CheckEvidence:
+        steps = np.where(rng.random(200) < 0.5, math.log(1.2), math.log(0.8))
+        path = np.cumsum(steps)
+        stop = int(rng.integers(1, 201))  # a stopping time independent of the future
+        return CheckEvidence("c", "lossless", bool(path[:stop].max() >= math.log(threshold)), float(path[stop - 1]))
 
-    alarms = sum(confirmed(Evidence(null_log_e(), threshold), Evidence(null_log_e(), threshold)) for _ in range(20_000))
-    assert alarms <= 3  # bound: 20,000 / 1e4 = 2 expected at most
+    def null_case() -> CaseEvidence:
+        return CaseEvidence(threshold, (null_check(),))
+
+    alarms = sum(confirmation(null_case(), null_case(), "lossless") is not None for _ in range(20_000))
+    assert alarms <= 5
+
+
+def test_a_target_that_raised_is_its_own_kind():
+    cases = [CaseOutcome("a", "fail", None, None, raised=True), CaseOutcome("b", "pass", True, True)]
+    assert classify("failed", cases) == (Kind.EXCEPTION, ["a"])
+    lossy = [*cases, CaseOutcome("c", "fail", False, False)]
+    assert classify("failed", lossy) == (Kind.VIOLATION, ["c"])  # a lossless failure is worse news
+    assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (Kind.PERFORMANCE, ["d"])
+    assert classify("error", cases) == (Kind.BROKEN, [])
 
 
 def test_acceptance_drift_is_calibrated_and_detects_a_drop():

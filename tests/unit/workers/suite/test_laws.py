@@ -8,7 +8,9 @@ import torch
 from scipy import stats
 
 from workers.suite.cases import CASES
-from workers.suite.laws import ChainLaw, sequence_law
+from workers.suite.experiments import ChainExperiment
+from workers.suite.laws import ChainLaw, sequence_law, step_joint_cells, validate_law
+from workers.suite.mutants import MUTANTS
 from workers.suite.sampling import SpecStep, reference_sampler
 
 DIRECT = [c for c in CASES if c.family == "direct"]
@@ -129,3 +131,72 @@ def test_sequence_law_matches_monte_carlo_of_autoregressive_sampling():
 def test_spec_step_validates_shapes():
     with pytest.raises(ValueError, match="gamma"):
         SpecStep(torch.zeros(2, 4), torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("case", [c for c in DIRECT if step_joint_cells(c.step().vocab_size, c.step().gamma) <= 50_000], ids=lambda c: c.id)
+def test_step_joint_law_refines_the_k_law_and_the_positions(case):
+    law = case.step().law
+    joint = law.step_joint()
+    V, gamma = law.vocab_size, law.gamma
+    assert len(joint) == step_joint_cells(V, gamma)
+    assert joint.sum() == pytest.approx(1.0)
+    offset = 0
+    first = np.zeros(V)
+    for k in range(gamma + 1):
+        block = joint[offset : offset + V ** (k + 1)].reshape((V,) * (k + 1))
+        assert block.sum() == pytest.approx(law.k_law[k], abs=1e-12)
+        first += block.reshape(V, -1).sum(axis=1)
+        offset += V ** (k + 1)
+    np.testing.assert_allclose(first, law.p[0], atol=1e-12)  # Y_1 ~ p_1 whatever K is
+
+
+@pytest.mark.parametrize("case_id", ["direct/far_apart/V8/g3", "direct/transformers_target_distribution/V10/g3", "direct/far_apart/V8/g1"])
+def test_step_joint_and_completed_laws_match_monte_carlo(case_id):
+    """The exact joint laws of a step against 2e5 trials of the reference sampler (cells pooled below 5 expected),
+    the completed step (positions after K + 1 drawn afresh from p_t) against prod_t p_t, and the counts the
+    experiment makes of them."""
+    case = next(c for c in CASES if c.id == case_id)
+    step = case.step()
+    experiment = ChainExperiment(step, reference_sampler)
+    obs = experiment.run(200_000, torch.Generator().manual_seed(11))
+    nulls = {c.name: c.null for c in experiment.checks}
+    assert {"lossless/joint", "conformance/joint"} <= set(nulls)
+    np.testing.assert_allclose(nulls["lossless/joint"], step.law.completed_joint())
+    for name in ("lossless/joint", "conformance/joint"):
+        assert _gof_pvalue(obs.counts[name], nulls[name]) > 1e-6, name
+
+
+def test_the_joint_checks_catch_a_sampler_that_couples_its_positions():
+    """One uniform for every draft: each position's law is right, the pairs are not."""
+    case = next(c for c in CASES if c.id == "direct/p_equals_q/V64/g3")
+    step = case.step()
+    experiment = ChainExperiment(step, MUTANTS["shared_step_uniform"].sampler)
+    obs = experiment.run(20_000, torch.Generator().manual_seed(3))
+    nulls = {c.name: c.null for c in experiment.checks}
+    for t in range(1, step.gamma + 2):
+        assert _gof_pvalue(obs.counts[f"lossless/pos{t}"], nulls[f"lossless/pos{t}"]) > 1e-6
+    assert "lossless/pair1" in nulls
+    assert "lossless/joint" not in nulls
+    pair = obs.counts["lossless/pair1"].reshape(64, 64)
+    assert np.trace(pair) / pair.sum() > 1.5 * float(np.dot(step.law.p[0], step.law.p[1]))  # P(Y1 = Y2) 0.029, not 0.016
+    assert _gof_pvalue(obs.counts["lossless/pair1"], nulls["lossless/pair1"]) < 1e-12
+
+
+@pytest.mark.parametrize(
+    ("law", "match"),
+    [
+        (np.array([np.nan, 1.0]), "law of x is not finite"),
+        (np.array([0.5, 0.4]), "law of x sums to 0.9"),
+        (np.array([1.5, -0.5]), "law of x has 1 negative cell"),
+        (np.ones((2, 2)) / 4, "law of x must be a non-empty vector"),
+    ],
+)
+def test_validate_law_names_what_is_wrong(law, match):
+    with pytest.raises(ValueError, match=match):
+        validate_law("x", law)
+    np.testing.assert_array_equal(validate_law("x", np.array([0.25, 0.75])), [0.25, 0.75])
+
+
+def test_sequence_law_refuses_an_oracle_row_that_is_not_a_law():
+    with pytest.raises(ValueError, match=r"law of the next token after prefix \(1,\) is not finite"):
+        sequence_law(lambda prefix: np.array([np.nan, 0.5]) if prefix == (1,) else np.array([0.5, 0.5]), 2, 2)

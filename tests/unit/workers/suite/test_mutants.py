@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.suite.cases import CASES
+from workers.suite.cases import CASES, select
 from workers.suite.mutants import MUTANTS
-from workers.suite.results import Verdict
+from workers.suite.results import Failure, Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.sampling import reference_sampler
 
@@ -59,3 +59,14 @@ def test_reference_passes_every_case(seed, reference_fingerprints):
     assert {r.case_id: r.fingerprint for r in run.results} == reference_fingerprints
     assert run.verdict == Verdict.PASS, [r.reason for r in run.results if r.verdict != Verdict.PASS]
     assert all(r.powered for r in run.results), [r.reason for r in run.results if not r.powered]
+
+
+def test_one_shared_uniform_per_step_fails_p_equals_q():
+    """Every position's own law is right (one uniform per draw), so the per-position checks pass; the joint
+    law of the step is not (P(Y1 = Y2) = 0.029 against 0.016): the pairwise lossless check fails the case."""
+    for seed in range(3):
+        result = run_suite(select(["direct/p_equals_q/V64/g3"]), MUTANTS["shared_step_uniform"].sampler, SuiteConfig(seed=seed)).results[0]
+        assert (result.verdict, result.failure) == (Verdict.FAIL, Failure.LOSSLESS), result.reason
+        assert result.headline is not None
+        assert result.headline.startswith("lossless/pair")
+        assert all(not c.rejected for c in result.checks if c.name.startswith("lossless/pos"))

@@ -11,11 +11,12 @@ import torch
 from scipy import stats
 
 from workers.suite.cases import CASES, EDGE_CASES, Case, select
-from workers.suite.experiments import EDGE_TRIALS, Extreme, forced_uniforms
+from workers.suite.experiments import EDGE_TRIALS, CheckSpec, Extreme, Layer, Observation, forced_uniforms
 from workers.suite.mutants import MUTANTS
-from workers.suite.results import E_VALUE_CAP, Verdict
+from workers.suite.results import E_VALUE_CAP, Failure, Verdict
 from workers.suite.runner import SuiteConfig, derive_seed, run_case, run_suite
 from workers.suite.sampling import SpecStep, reference_sampler
+from workers.suite.stats import SEQUENTIAL_INFLATION, detectable_epsilon
 
 
 def _tiny_step() -> SpecStep:
@@ -29,17 +30,29 @@ TINY = Case(id="test/tiny/V4/g1", family="test", description="V = 4, one draft",
 
 def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
     """2000 independent null runs of the whole per-case procedure (reference sampler, alpha = 0.01):
-    the exact (Clopper-Pearson) 99.9 % upper bound on the rejection rate is <= alpha."""
+    the exact (Clopper-Pearson) 99.9 % upper bound on the rejection rate is <= alpha.
+
+    The same runs show why confirmation multiplies stopped e-values: each check's e-value at the stop has
+    mean <= 1 under the null (optional stopping; the 99.9 % bound of the sample mean is below 1.2), while the
+    running maximum, and the largest over a case's checks, have means well above 1 (they are not e-values)."""
     alpha, runs = 0.01, 2000
     experiment = TINY.build(reference_sampler, torch.device("cpu"))
     tests = len(experiment.checks)
     rejections = 0
+    stopped, maxima, largest = [], [], []
     for seed in range(runs):
         result = run_case(TINY, experiment, SuiteConfig(alpha=alpha, seed=seed), tests)
         rejections += result.verdict == Verdict.FAIL
         assert result.verdict == Verdict.FAIL or result.n_trials == result.trial_cap
+        stopped += [c.stopped_e_value for c in result.checks]
+        maxima += [c.e_value for c in result.checks]
+        largest.append(max(c.e_value for c in result.checks))
     upper = stats.binomtest(rejections, runs).proportion_ci(confidence_level=0.999, method="exact").high
     assert upper <= alpha, f"{rejections} false alarms in {runs} runs"
+    values = np.minimum(np.array(stopped), 100.0)  # truncation only lowers the mean
+    assert values.mean() + 3.3 * values.std() / np.sqrt(len(values)) < 1.2, values.mean()
+    assert np.mean(maxima) > 1.2
+    assert np.mean(largest) > 1.5
 
 
 def test_a_violation_stops_the_case_early():
@@ -82,18 +95,148 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 1
+    assert payload["schema"] == 2
     assert payload["tests"] == len(case["checks"])
+    for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
+        assert key in case
+    for key in ("stopped_log_e_value", "stopped_e_value", "reach", "designed"):
+        assert key in case["checks"][0]
 
 
-def test_a_crashing_target_is_an_error_not_a_violation():
+def test_a_target_that_raises_on_a_valid_input_fails_the_case_as_raised():
+    """A finding about the sampler, not an error of the run: the case fails with the exception as its reason,
+    the run fails (exit status 1, not 2), and the layers say they were not measured."""
+
     def crashing(step, n, generator):
         raise RuntimeError("boom")
 
     result = run_suite(select(["direct/far_apart/V8/g1", "direct/disjoint/*"]), crashing, SuiteConfig())
+    assert result.verdict == Verdict.FAIL
+    for case in result.results:
+        assert (case.verdict, case.failure) == (Verdict.FAIL, Failure.RAISED)
+        assert (case.lossless, case.conformance) == (Verdict.ERROR, Verdict.ERROR)
+        assert case.reason.startswith("the target raised on a valid input after 0 trials: RuntimeError: boom")
+
+    calls = []
+
+    def flaky(step, n, generator):  # answers, then raises: the trials before are reported
+        calls.append(n)
+        if len(calls) > 3:
+            raise ValueError("residual underflow")
+        return reference_sampler(step, n, generator)
+
+    case = run_suite(select(["direct/far_apart/V8/g1"]), flaky, SuiteConfig()).results[0]
+    assert case.failure == Failure.RAISED
+    assert case.n_trials == sum(calls[1:3])  # the fingerprint probe's trials are not counted
+    assert "ValueError: residual underflow" in case.reason
+
+
+def test_a_fault_of_the_suite_itself_is_still_an_error():
+    class Broken:
+        checks = ()
+        expected_acceptance = None
+        fixed_trials = 4
+
+        def run(self, n, generator):
+            raise KeyError("a bug in the experiment, not in the target")
+
+    case = Case(id="test/broken", family="test", description="", epsilon=0.1, make_experiment=lambda device: Broken())
+    result = run_suite((case,), reference_sampler, SuiteConfig())
     assert result.verdict == Verdict.ERROR
-    assert all(r.verdict == Verdict.ERROR for r in result.results)
-    assert "RuntimeError: boom" in result.results[0].reason
+    assert result.results[0].failure is None
+
+
+class _LawExperiment:
+    """An experiment whose one check has the given null law (observations always in cell 0)."""
+
+    expected_acceptance = None
+    fixed_trials = None
+
+    def __init__(self, law):
+        self.checks = (CheckSpec("lossless/made_up", Layer.LOSSLESS, np.asarray(law, dtype=np.float64), 1.0),)
+
+    def run(self, n, generator):
+        counts = np.zeros(len(self.checks[0].null), dtype=np.int64)
+        counts[0] = n
+        return Observation({"lossless/made_up": counts}, (), 0, b"")
+
+
+@pytest.mark.parametrize(
+    ("law", "message"),
+    [
+        ([np.nan, 0.5, 0.5], "law of lossless/made_up is not finite"),
+        ([0.3, 0.3, 0.3], "law of lossless/made_up sums to 0.9"),
+        ([1.2, -0.2, 0.0], "law of lossless/made_up has 1 negative cell"),
+    ],
+)
+def test_a_law_that_is_not_a_probability_law_errors_the_case_and_names_it(law, message):
+    """A NaN cell is neither a support violation nor counted, and the e-process assumes the law sums to 1:
+    such a case must not pass (or fail) on it."""
+    case = Case(id="test/bad_law", family="test", description="", epsilon=0.2, make_experiment=lambda device: _LawExperiment(law))
+    result = run_suite((case,), reference_sampler, SuiteConfig()).results[0]
+    assert result.verdict == Verdict.ERROR
+    assert message in result.reason
+
+
+def test_a_passing_case_headlines_its_widest_designed_interval():
+    """Not the largest running maximum over all checks: on onehot_q the fourth position is reached about
+    once in 2,000 trials, and its few observations wander (it used to headline TV 0.689 [0, 1])."""
+    result = run_suite(select(["direct/onehot_q/V64/g3"]), reference_sampler, SuiteConfig()).results[0]
+    assert result.verdict == Verdict.PASS
+    designed = [c for c in result.checks if c.designed and c.reach >= 1e-3]
+    headline = next(c for c in result.checks if c.name == result.headline)
+    assert headline in designed
+    assert result.tv_ci == headline.tv_ci == max((c.tv_ci for c in designed), key=lambda ci: ci[1])
+    assert result.tv_ci[1] < 0.1  # a designed check is sized for TV 0.05
+    assert result.log_e_value == headline.log_e_value
+    assert result.current_log_e_value == headline.stopped_log_e_value
+    assert result.current_log_e_value <= result.log_e_value
+    assert any(not c.designed or c.reach < 1e-3 for c in result.checks)
+
+
+def test_each_check_reports_its_e_value_at_the_stop_beside_its_running_maximum():
+    result = run_suite(select(["direct/far_apart/V8/g1"]), MUTANTS["swapped_residual"].sampler, SuiteConfig()).results[0]
+    assert result.failure == Failure.LOSSLESS
+    for check in result.checks:
+        if check.support_violations:  # refuted with certainty: infinite evidence, at the stop too
+            assert check.stopped_log_e_value is check.log_e_value is None
+            continue
+        assert check.stopped_log_e_value is not None
+        assert check.log_e_value is not None
+        assert check.stopped_log_e_value <= check.log_e_value
+    decisive = next(c for c in result.checks if c.name == result.headline)
+    assert decisive.rejected
+    assert decisive.stopped_log_e_value == decisive.log_e_value  # the case stopped at its crossing
+
+
+def _equal_step() -> SpecStep:
+    p = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]] * 3, dtype=torch.float64))
+    return SpecStep(p, p[:2].clone())
+
+
+EQUAL = Case(id="test/equal/V4/g2", family="test", description="p == q, two drafts", epsilon=0.2, make_step=_equal_step)
+
+
+def test_powered_counts_the_observations_each_check_got():
+    """Lossless but slower (a draft is accepted only when an independent target sample agrees): the third
+    position, reached in every trial of the exact law (p == q), is reached in about 9 % of them. The
+    conformance failure needs no power, but the lossless pass it still claims does: not powered."""
+    experiment = EQUAL.build(MUTANTS["strict_acceptance"].sampler, torch.device("cpu"))
+    tests = len(experiment.checks)
+    result = run_case(EQUAL, experiment, SuiteConfig(), tests)
+    assert (result.lossless, result.conformance, result.failure) == (Verdict.PASS, Verdict.FAIL, Failure.CONFORMANCE)
+    assert not result.powered
+    assert "losslessness underpowered" in result.reason
+    support = {c.name: c.support for c in experiment.checks}
+    for check in result.checks:
+        expected = detectable_epsilon(support[check.name], check.observations / SEQUENTIAL_INFLATION, 1 / result.threshold, 1e-3)
+        assert check.design_epsilon == pytest.approx(expected)
+    pos3 = next(c for c in result.checks if c.name == "lossless/pos3")
+    assert pos3.observations < 0.2 * result.n_trials
+    assert pos3.design_epsilon > EQUAL.epsilon
+    reference = run_case(EQUAL, EQUAL.build(reference_sampler, torch.device("cpu")), SuiteConfig(), tests)
+    assert reference.verdict == Verdict.PASS
+    assert reference.powered
 
 
 def test_a_time_budget_marks_the_case_underpowered():

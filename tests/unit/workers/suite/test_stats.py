@@ -18,6 +18,7 @@ from workers.suite.stats import (
     plan_test,
     rejection_threshold,
     support_violations,
+    trials_for_observations,
     tv_interval,
     weighted_chi2,
     weighted_chi2_pvalue,
@@ -155,3 +156,15 @@ def test_monte_carlo_p_value_is_calibrated_and_pearson_matches_scipy():
     assert np.mean(np.array(pvalues) <= 0.1) == pytest.approx(0.1, abs=0.06)
     counts = rng.multinomial(400, p0)
     assert pearson_statistic(counts, p0) == pytest.approx(stats.chisquare(counts, 400 * p0).statistic)
+
+
+@pytest.mark.parametrize(("needed", "reach"), [(1_000, 1.0), (1_000, 0.5), (5_000, 0.03), (200, 0.001)])
+def test_trials_for_observations_is_the_smallest_binomial_quantile(needed, reach):
+    shortfall = 1e-3
+    n = int(trials_for_observations(needed, reach, shortfall))
+    assert stats.binom.cdf(needed - 1, n, reach) <= shortfall
+    if reach < 1:
+        assert stats.binom.cdf(needed - 1, n - 1, reach) > shortfall
+        assert n > needed / reach  # more than the mean: the planned observations arrive w.p. 1 - shortfall
+    assert trials_for_observations(needed, 0.0, shortfall) == math.inf
+    assert trials_for_observations(needed, 1e-6, shortfall, limit=1 << 21) == 1 << 21
