@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Request, Response, status
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -36,9 +36,10 @@ from sqlalchemy.orm import Session
 from service.db import session_scope
 from service.deps import ProducerDep, SessionFactoryDep, SettingsDep, app_settings
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
+from service.logsafe import loggable
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.queue import enqueue_runs
-from service.targets import repo_key
+from service.targets import is_ref_name, repo_key
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ BRANCH_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"
 ZERO_SHA = frozenset({"0" * 40, "0" * 64})
 AUTHOR_MAX, DELIVERY_ID_MAX, EVENT_MAX = 255, 100, 50
+# The deepest JSON nesting accepted: GitHub's payloads nest a few levels; deeper is refused (400) before
+# Python's recursion limit can turn it into a 500.
+JSON_DEPTH_MAX = 64
 
 router = APIRouter(tags=["webhooks"])
 
@@ -62,7 +66,7 @@ async def read_limited_body(request: Request) -> bytes:
     limit = app_settings(request).webhook_max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
         if int(declared) > limit:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
@@ -130,10 +134,16 @@ class PushRepository(_Payload):
     url: str | None = None
 
 
+def _git_ref(ref: str) -> str:
+    if not is_ref_name(ref):
+        raise ValueError("not a valid git ref name")
+    return ref
+
+
 class PushEvent(_Payload):
     """The fields of GitHub's ``push`` payload that specwatch uses."""
 
-    ref: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=255), AfterValidator(_git_ref)]
     before: Sha
     after: Sha
     created: bool = False
@@ -174,16 +184,21 @@ def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
         if (content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
             text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
         payload = json.loads(text)
+    except RecursionError:
+        raise PayloadError(f"body nests JSON deeper than {JSON_DEPTH_MAX} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise PayloadError(f"body is not valid JSON: {exc}") from exc
+        raise PayloadError(f"body is not valid JSON: {loggable(exc)}") from exc
     if not isinstance(payload, dict):
         raise PayloadError("body is not a JSON object")
     return {_storable(key): _storable(value) for key, value in payload.items()}
 
 
-def _storable(value: Any) -> Any:
+def _storable(value: Any, depth: int = 1) -> Any:
     """``value`` with every string made storable as PostgreSQL text: valid JSON may hold NUL (``\\u0000``) and
-    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them)."""
+    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them).
+    :class:`PayloadError` past :data:`JSON_DEPTH_MAX` levels of nesting."""
+    if depth > JSON_DEPTH_MAX:
+        raise PayloadError(f"body nests JSON deeper than {JSON_DEPTH_MAX} levels")
     if isinstance(value, str):
         try:
             value.encode()
@@ -191,9 +206,9 @@ def _storable(value: Any) -> Any:
             value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         return value.replace("\x00", "\ufffd")
     if isinstance(value, list):
-        return [_storable(item) for item in value]
+        return [_storable(item, depth + 1) for item in value]
     if isinstance(value, dict):
-        return {_storable(key): _storable(item) for key, item in value.items()}
+        return {_storable(key): _storable(item, depth + 1) for key, item in value.items()}
     return value
 
 
@@ -201,7 +216,7 @@ def parse_push(payload: dict[str, Any]) -> PushEvent:
     try:
         return PushEvent.model_validate(payload)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False)[:3])
         raise PayloadError(f"not a GitHub push payload: {problems}") from exc
 
 
@@ -365,7 +380,7 @@ def github_webhook(
     try:
         verify_signature(settings.webhook_secret.get_secret_value(), body, request.headers.get(SIGNATURE_HEADER))
     except SignatureError as exc:
-        log.warning("webhook_rejected reason=%s delivery=%s", exc, request.headers.get(DELIVERY_HEADER))
+        log.warning("webhook_rejected reason=%s delivery=%s", exc, loggable(request.headers.get(DELIVERY_HEADER), DELIVERY_ID_MAX))
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc)) from None
     event = _required_header(request, EVENT_HEADER, EVENT_MAX)
     delivery_id = _required_header(request, DELIVERY_HEADER, DELIVERY_ID_MAX)
@@ -381,12 +396,12 @@ def github_webhook(
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     log.info(
         "webhook delivery=%s event=%s outcome=%s commits=%s runs=%s reason=%s",
-        delivery_id,
-        event,
+        loggable(delivery_id),
+        loggable(event),
         result.outcome.value,
         result.commits,
         result.run_ids,
-        result.reason,
+        loggable(result.reason, 500),
     )
     if result.run_ids:
         # Runs after the response, so after the transaction above committed.

@@ -42,6 +42,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.models import InstallMode, RunStatus
 from service.releases import pip_requirement, release_version
+from service.settings import get_settings
+from service.targets import RepoPolicy
 from workers.checkout import CheckoutError, MirrorCache
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
@@ -155,7 +157,7 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
         profile = get_profile(claim.profile)
     except UnknownProfileError as exc:
         return RunOutcome(RunStatus.error, error=str(exc))
-    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s)
+    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s, policy=RepoPolicy.from_settings(get_settings()))
     scratch = settings.scratch_dir / f"run-{claim.run_id}-attempt-{claim.attempt}"
     worktrees = mirrors if claim.install_mode is InstallMode.source else None
     _remove_earlier_attempts(settings.scratch_dir, claim.run_id, worktrees, claim.repo_url)
