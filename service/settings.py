@@ -41,8 +41,17 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     slack_webhook_url: SecretStr | None = None
     dashboard_url: str = "http://127.0.0.1:8000"
-    # Larger webhook bodies are refused (413) while they are read. GitHub caps payloads at 25 MB.
-    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    # Larger webhook bodies are refused (413) before or while they are read. GitHub caps payloads at 25 MB, but a
+    # push payload lists at most 2048 commits (each a message, an author and file lists: a few MB at the very
+    # most), and specwatch reads only pushes and pings: 10 MiB leaves room for the largest push while halving
+    # the disk and hashing an unauthenticated client can make a slot cost. A push refused here is caught up by
+    # the branch poller (a target with `poll`).
+    webhook_max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    # A webhook body is hashed while it streams into a spool: in memory up to this size, on disk past it.
+    webhook_spool_bytes: int = Field(default=256 * 1024, ge=0)
+    # Bodies read at once per process; more get 503 with Retry-After (memory before authentication is bounded
+    # by this times webhook_spool_bytes).
+    webhook_max_concurrent_bodies: int = Field(default=8, gt=0)
     # The suite profile of runs queued by webhooks and pollers.
     run_profile: str = Field(default="default", min_length=1, max_length=50)
     # A queued run that no worker has started by then is re-enqueued by the sweeper (workers.sweep_runs):
