@@ -188,6 +188,7 @@ def test_the_suite_runs_in_a_clean_environment(factory: sessionmaker[Session], t
         "PYTHONNOUSERSITE",
         "CUDA_VISIBLE_DEVICES",
         "LC_CTYPE",
+        "PWD",  # set by bubblewrap after it changes to the scratch directory
     }
 
 
