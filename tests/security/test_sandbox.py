@@ -142,9 +142,9 @@ def test_the_code_under_test_reaches_neither_secrets_nor_database_nor_network(tm
     seen, run, log = run_worker(tmp_path, "bwrap", listener)
 
     assert seen["environ"] == "refused"  # no process shows the secret: the worker is not visible at all
-    assert seen["parent_environ"] != "read" or seen["environ"] == "refused"
+    # (Its parent is bubblewrap's init in the new pid namespace, whose environment is the suite's clean one.)
     assert seen["database"] == "OperationalError"  # the database file is not there to open
-    assert seen["network"] in ("ConnectionRefusedError", "OSError", "TimeoutError")
+    assert seen["network"] == "ConnectionRefusedError"  # its own loopback, where nothing listens
     assert seen["uid"] == 65534
     assert "pwned" not in _tables(tmp_path / "specwatch.db")
     assert _connections(listener) == 0
