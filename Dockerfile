@@ -87,9 +87,10 @@ RUN pip install --no-deps . \
 
 # -------------------------------------------------------------------------------------------- worker
 FROM base AS worker
-# git: mirrors and worktrees of the target repositories; ca-certificates: cloning over https.
+# git: mirrors and worktrees of the target repositories; ca-certificates: cloning over https; bubblewrap:
+# the sandbox of the code under test (workers/sandbox.py).
 RUN apt-get update \
-    && apt-get install --yes --no-install-recommends git ca-certificates \
+    && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=worker-build /opt/venv /opt/venv
 # The state directories exist, owned by the worker's user, so that named volumes mounted on them start with

@@ -14,9 +14,18 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.auth import ReadAuth, WriteAuth
-from service.deps import SessionDep
+from service.deps import SessionDep, SettingsDep
 from service.models import CommitPolicy, InstallMode, Target
-from service.targets import TargetError, TargetExistsError, TargetNotFoundError, add_target, list_targets, make_spec, remove_target
+from service.targets import (
+    RepoPolicy,
+    TargetError,
+    TargetExistsError,
+    TargetNotFoundError,
+    add_target,
+    list_targets,
+    make_spec,
+    remove_target,
+)
 
 router = APIRouter(tags=["targets"])
 
@@ -69,7 +78,7 @@ def get_targets(session: SessionDep) -> list[TargetOut]:
         422: {"description": "invalid target"},
     },
 )
-def post_target(body: TargetIn, session: SessionDep) -> TargetOut:
+def post_target(body: TargetIn, session: SessionDep, settings: SettingsDep) -> TargetOut:
     """Watch a new target."""
     try:
         spec = make_spec(
@@ -80,6 +89,7 @@ def post_target(body: TargetIn, session: SessionDep) -> TargetOut:
             install_mode=body.install_mode,
             poll=body.poll,
             commit_policy=body.commit_policy,
+            repo_policy=RepoPolicy.from_settings(settings),
         )
         target = add_target(session, spec)
     except TargetExistsError as exc:

@@ -15,7 +15,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy.orm import Session
 
 from service.auth import ReadAuth, WriteAuth
-from service.deps import SessionDep
+from service.deps import DbId, SessionDep
 from service.models import AlertKind, AlertState
 from service.queries import (
     MAX_HISTORY,
@@ -75,7 +75,7 @@ def get_commits(
 
 
 @router.get("/runs/{run_id}")
-def get_run(run_id: int, session: SessionDep) -> RunDetail:
+def get_run(run_id: DbId, session: SessionDep) -> RunDetail:
     """A run: its commit, environment, status and every case result."""
     try:
         return run_detail(session, run_id)
@@ -138,7 +138,7 @@ def get_alerts(
 
 
 @alerts_router.get("/alerts/{alert_id}", dependencies=[ReadAuth])
-def get_one_alert(alert_id: int, session: SessionDep) -> AlertRow:
+def get_one_alert(alert_id: DbId, session: SessionDep) -> AlertRow:
     """One alert with its failing cases."""
     try:
         return get_alert(session, alert_id)
@@ -156,12 +156,12 @@ def _move(session: Session, alert_id: int, state: AlertState) -> AlertRow:
 
 
 @alerts_router.post("/alerts/{alert_id}/acknowledge", dependencies=[WriteAuth], responses=_WRITE_ERRORS)
-def acknowledge_alert(alert_id: int, session: SessionDep) -> AlertRow:
+def acknowledge_alert(alert_id: DbId, session: SessionDep) -> AlertRow:
     """open → acknowledged (a no-op when acknowledged; 409 when resolved)."""
     return _move(session, alert_id, AlertState.acknowledged)
 
 
 @alerts_router.post("/alerts/{alert_id}/resolve", dependencies=[WriteAuth], responses=_WRITE_ERRORS)
-def resolve_alert(alert_id: int, session: SessionDep) -> AlertRow:
+def resolve_alert(alert_id: DbId, session: SessionDep) -> AlertRow:
     """open or acknowledged → resolved (a no-op when resolved). Sends no message."""
     return _move(session, alert_id, AlertState.resolved)

@@ -23,6 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import api, api_query, dashboard, ops, webhooks
 from service.db import make_engine
 from service.deps import SessionDep
+from service.headers import SecurityHeaders
+from service.logsafe import install_access_log_redaction, loggable
 from service.queue import CeleryProducer, Producer, make_producer
 from service.settings import Settings, get_settings
 
@@ -68,6 +70,8 @@ def create_app(
     )
     app.state.metrics_registry = registry
     app.add_middleware(ops.WebhookTimer, histogram=webhook_latency)
+    app.add_middleware(SecurityHeaders)
+    install_access_log_redaction()
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeoutError)
@@ -75,7 +79,7 @@ def create_app(
         """The database is down, restarting or has no free connection: 503 with ``Retry-After``, never a
         500 or a stall. The request's session rolled back (nothing half-stored); GitHub and other clients retry."""
         cause = type(exc.orig).__name__ if isinstance(exc, OperationalError) else "pool timeout"
-        log.warning("database_unavailable path=%s error=%s", request.url.path, cause)
+        log.warning("database_unavailable path=%s error=%s", loggable(request.url.path), cause)
         return JSONResponse(
             {"detail": "the database is unavailable; retry later"},
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,

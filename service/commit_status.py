@@ -21,13 +21,19 @@ from sqlalchemy.orm import Session
 from service.models import Commit, Notification, NotificationChannel, NotificationStatus, Run, RunPurpose, Target
 from service.releases import release_version
 
-_GITHUB_REPO = re.compile(r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
+# GitHub owners are letters, digits and hyphens; repository names add '.' and '_' but are never '.' or '..'
+# (which would make the status URL /repos/OWNER/../statuses/SHA point elsewhere in the API).
+_GITHUB_REPO = re.compile(
+    r"^(?:https?://github\.com/|git@github\.com:)(?P<repo>[A-Za-z0-9][A-Za-z0-9-]{0,38}/[\w.-]+?)(?:\.git)?/?$", re.ASCII
+)
 
 
 def github_repo(repo_url: str) -> str | None:
-    """``owner/name`` of a GitHub repository URL, else None."""
+    """``owner/name`` of a GitHub repository URL, else None (also for a name of ``.`` or ``..``)."""
     match = _GITHUB_REPO.match(repo_url.strip())
-    return match.group("repo") if match else None
+    if match is None or match.group("repo").split("/")[1] in (".", ".."):
+        return None
+    return match.group("repo")
 
 
 def commit_url(target: Target, commit: Commit) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, cast
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
@@ -38,6 +38,11 @@ def request_session(request: Request) -> Iterator[Session]:
 def app_session_factory(request: Request) -> sessionmaker[Session]:
     return cast(sessionmaker[Session], request.app.state.session_factory)
 
+
+#: Row ids are 32-bit integers (``Integer`` columns): a larger id in a path is a 422, never a database
+#: overflow (SQLite raises OverflowError past 2**63 - 1).
+MAX_ID = 2**31 - 1
+DbId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(app_session_factory)]
 SettingsDep = Annotated[Settings, Depends(app_settings)]

@@ -137,7 +137,7 @@ def parse_cursor(cursor: str | None) -> int | None:
     """A page cursor is the ``branch_order`` of the last commit of the previous page (a non-negative integer)."""
     if cursor is None or cursor == "":
         return None
-    if not cursor.isdigit() or len(cursor) > 18:
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
         raise QueryError(f"invalid cursor {cursor!r}: pass back the next_cursor of the previous page")
     return int(cursor)
 

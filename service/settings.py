@@ -15,6 +15,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# The same list as service.targets.GIT_PROTOCOLS (settings import nothing of the service).
+_GIT_PROTOCOLS = ("https", "ssh", "http", "git")
 
 
 class Environment(StrEnum):
@@ -39,8 +41,17 @@ class Settings(BaseSettings):
     github_api_url: str = "https://api.github.com"
     slack_webhook_url: SecretStr | None = None
     dashboard_url: str = "http://127.0.0.1:8000"
-    # Larger webhook bodies are refused (413) while they are read. GitHub caps payloads at 25 MB.
-    webhook_max_body_bytes: int = Field(default=25 * 1024 * 1024, gt=0)
+    # Larger webhook bodies are refused (413) before or while they are read. GitHub caps payloads at 25 MB, but a
+    # push payload lists at most 2048 commits (each a message, an author and file lists: a few MB at the very
+    # most), and specwatch reads only pushes and pings: 10 MiB leaves room for the largest push while halving
+    # the disk and hashing an unauthenticated client can make a slot cost. A push refused here is caught up by
+    # the branch poller (a target with `poll`).
+    webhook_max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    # A webhook body is hashed while it streams into a spool: in memory up to this size, on disk past it.
+    webhook_spool_bytes: int = Field(default=256 * 1024, ge=0)
+    # Bodies read at once per process; more get 503 with Retry-After (memory before authentication is bounded
+    # by this times webhook_spool_bytes).
+    webhook_max_concurrent_bodies: int = Field(default=8, gt=0)
     # The suite profile of runs queued by webhooks and pollers.
     run_profile: str = Field(default="default", min_length=1, max_length=50)
     # A queued run that no worker has started by then is re-enqueued by the sweeper (workers.sweep_runs):
@@ -53,8 +64,17 @@ class Settings(BaseSettings):
     api_read_token_hashes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Whether reads (GET of the API and the dashboard) need a token too; off by default.
     api_auth_reads: bool = False
+    # Which repositories targets may name, and what the worker's git may fetch (service.targets.RepoPolicy).
+    # Protocols (comma-separated) among https, ssh, http, git; credentials never go in a URL (configure a git
+    # credential helper for the worker instead).
+    git_protocols: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["https"])
+    # Local paths and file:// URLs; private, loopback and link-local hosts. Unset: allowed with SPECWATCH_ENV
+    # dev or test (the embedded default on a laptop, whose demo registers a local repository), refused with
+    # prod. Compose sets both to false.
+    allow_local_repositories: bool | None = None
+    allow_private_hosts: bool | None = None
 
-    @field_validator("api_token_hashes", "api_read_token_hashes", mode="before")
+    @field_validator("api_token_hashes", "api_read_token_hashes", "git_protocols", mode="before")
     @classmethod
     def _split_hashes(cls, value: object) -> object:
         if isinstance(value, str):
@@ -68,6 +88,26 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"{len(bad)} token hash(es) are not SHA-256 hex digests (64 hex digits): store sha256(token), not the token")
         return [item.lower() for item in value]
+
+    @field_validator("git_protocols")
+    @classmethod
+    def _known_protocols(cls, value: list[str]) -> list[str]:
+        protocols = [item.lower() for item in value]
+        unknown = sorted(set(protocols) - set(_GIT_PROTOCOLS))
+        if unknown:
+            raise ValueError(
+                f"unknown git protocol(s) {', '.join(unknown)}: use {', '.join(_GIT_PROTOCOLS)} "
+                "(local repositories: SPECWATCH_ALLOW_LOCAL_REPOSITORIES)"
+            )
+        return protocols
+
+    @property
+    def local_repositories_allowed(self) -> bool:
+        return self.allow_local_repositories if self.allow_local_repositories is not None else self.env is not Environment.prod
+
+    @property
+    def private_hosts_allowed(self) -> bool:
+        return self.allow_private_hosts if self.allow_private_hosts is not None else self.env is not Environment.prod
 
     @model_validator(mode="after")
     def _secrets_required_outside_dev(self) -> Settings:

@@ -9,9 +9,11 @@ to the targets that watch it.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
@@ -19,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.models import Commit, CommitPolicy, InstallMode, Run, Target
+from service.settings import Settings
 
 # Adapters the suite knows by name (workers/suite/targets/), with what each tests.
 KNOWN_ADAPTERS: dict[str, str] = {
@@ -30,6 +33,11 @@ _MODULE_FUNCTION = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SCP_LIKE = re.compile(r"^[\w.+-]+@(?P<host>[^:/\s]+):(?P<path>\S+)$")
 _URL_SCHEMES = ("https", "http", "ssh", "git", "file")
+# git's "<transport>::<address>" syntax (ext::, file::, fd::): a remote helper chosen by the URL; never allowed.
+_TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+#: The network protocols a repository may be fetched with (``file`` is :attr:`RepoPolicy.allow_local`).
+GIT_PROTOCOLS = ("https", "ssh", "http", "git")
+_LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 _DURATION = re.compile(r"^(?P<value>\d+)(?P<unit>[smhd]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_POLL_INTERVAL_S = 30
@@ -71,31 +79,159 @@ def validate_name(name: str) -> str:
     return name
 
 
-def validate_repo_url(url: str) -> str:
-    """A clonable repository: ``https://``, ``http://``, ``ssh://``, ``git://``, ``file://``, ``user@host:path``
-    or an absolute local path."""
+@dataclass(frozen=True)
+class RepoPolicy:
+    """Which repositories may be watched and fetched: the same rules when a target is added (API, CLI) and
+    when the worker runs git (:class:`workers.checkout.MirrorCache`), which also restricts git's
+    ``protocol.allow`` to :meth:`git_protocols`.
+
+    The default is the strict one: https only, no local path, no private or loopback host.
+    """
+
+    protocols: frozenset[str] = field(default_factory=lambda: frozenset({"https"}))
+    allow_local: bool = False
+    allow_private_hosts: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RepoPolicy:
+        return cls(
+            protocols=frozenset(settings.git_protocols),
+            allow_local=settings.local_repositories_allowed,
+            allow_private_hosts=settings.private_hosts_allowed,
+        )
+
+    def git_protocols(self) -> frozenset[str]:
+        """The protocols git may use: :attr:`protocols`, and ``file`` when local repositories are allowed."""
+        return self.protocols | ({"file"} if self.allow_local else set())
+
+
+def _scheme_of(url: str) -> str:
+    if _SCP_LIKE.match(url):
+        return "ssh"
+    if url.startswith("/"):
+        return "file"
+    return urlsplit(url).scheme
+
+
+def ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address when it is one, in any form git's resolver would read as one (``127.1``,
+    ``2130706433``, ``0x7f.1``, ``[::1]``); None for a name."""
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9a-fA-FxX.]+", host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def is_private_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Loopback, private, link-local, unspecified, reserved or multicast (also as IPv4 mapped in IPv6)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
+
+
+def is_private_host(host: str) -> bool:
+    """A literal private address or a name that means this machine (``localhost``, ``*.localhost``)."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name in _LOCAL_NAMES or name.endswith(".localhost"):
+        return True
+    address = ip_of(name)
+    return address is not None and is_private_address(address)
+
+
+def resolves_to_private(host: str) -> bool:
+    """Whether a name resolves to a private address (checked by the worker just before git connects; a name
+    that does not resolve is left to git, which fails on it)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    return any(is_private_address(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos)
+
+
+def validate_repo_url(url: str, policy: RepoPolicy | None = None) -> str:
+    """A clonable repository that ``policy`` (default: the strict :class:`RepoPolicy`) allows.
+
+    Forms: ``https://``, ``http://``, ``ssh://``, ``git://``, ``user@host:path`` (ssh), and, when local
+    repositories are allowed, ``file://`` and absolute paths. Always refused: credentials in the URL (use a git
+    credential helper), git's ``transport::address`` form (``ext::``, ``file::``) and options (``-...``).
+    """
+    policy = policy or RepoPolicy()
     url = url.strip()
-    if not url or len(url) > REPO_MAX or any(c.isspace() for c in url):
-        raise TargetError(f"invalid repository {url!r}: give a clone URL of at most {REPO_MAX} characters, without spaces")
-    if _SCP_LIKE.match(url) or url.startswith("/"):
-        return url
-    parts = urlsplit(url)
-    if parts.scheme not in _URL_SCHEMES:
+    if not url or len(url) > REPO_MAX or any(c.isspace() or not c.isprintable() for c in url):
+        raise TargetError(f"invalid repository {redact_url(url)!r}: give a clone URL of at most {REPO_MAX} characters, without spaces")
+    if url.startswith("-") or _TRANSPORT_PREFIX.match(url):
+        raise TargetError(f"invalid repository {redact_url(url)!r}: git transports (transport::address) and options are not allowed")
+    scheme = _scheme_of(url)
+    if scheme not in _URL_SCHEMES:
         schemes = ", ".join(f"{scheme}://" for scheme in _URL_SCHEMES)
-        raise TargetError(f"invalid repository {url!r}: use a {schemes}, user@host:path or /absolute/path URL")
-    if parts.scheme != "file" and not parts.hostname:
-        raise TargetError(f"invalid repository {url!r}: the URL has no host")
-    if not parts.path.strip("/"):
-        raise TargetError(f"invalid repository {url!r}: the URL has no repository path")
+        raise TargetError(f"invalid repository {redact_url(url)!r}: use a {schemes}, user@host:path or /absolute/path URL")
+    if scheme == "file":
+        if not policy.allow_local:
+            raise TargetError(
+                f"invalid repository {redact_url(url)!r}: local repositories are not allowed (SPECWATCH_ALLOW_LOCAL_REPOSITORIES)"
+            )
+        if not url.startswith("/") and urlsplit(url).netloc not in ("", "localhost"):
+            raise TargetError(f"invalid repository {redact_url(url)!r}: a file:// URL names no host")
+        return url
+    if scheme not in policy.protocols:
+        allowed = ", ".join(sorted(policy.protocols))
+        raise TargetError(
+            f"invalid repository {redact_url(url)!r}: the {scheme} protocol is not allowed (allowed: {allowed}; SPECWATCH_GIT_PROTOCOLS)"
+        )
+    host, path, user, password = _network_parts(url)
+    if password is not None or (user is not None and scheme != "ssh"):
+        raise TargetError(
+            f"invalid repository URL: credentials in the URL are not allowed (give them to git with a credential helper): {redact_url(url)}"
+        )
+    if not policy.allow_private_hosts and is_private_host(host):
+        raise TargetError(f"invalid repository {redact_url(url)!r}: {host} is a private or loopback host (SPECWATCH_ALLOW_PRIVATE_HOSTS)")
+    if not path.strip("/"):
+        raise TargetError(f"invalid repository {redact_url(url)!r}: the URL has no repository path")
     return url
 
 
-def validate_branch(branch: str) -> str:
-    """A branch name as ``git check-ref-format --branch`` would accept it (``refs/heads/`` is stripped)."""
-    name = branch.strip().removeprefix("refs/heads/")
-    bad = (
+def _network_parts(url: str) -> tuple[str, str, str | None, str | None]:
+    """(host, path, user, password) of a network repository URL; :class:`TargetError` when malformed."""
+    scp = _SCP_LIKE.match(url)
+    if scp is not None:
+        return scp["host"], scp["path"], None, None
+    parts = urlsplit(url)
+    try:
+        host, user, password = parts.hostname or "", parts.username, parts.password
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+    except ValueError:
+        raise TargetError(f"invalid repository {url!r}: the URL's host or port is malformed") from None
+    if not host:
+        raise TargetError(f"invalid repository {url!r}: the URL has no host")
+    return host, parts.path, user, password
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the password of its user info (``https://user:***@host/...``), for messages and logs."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    authority, sep, tail = rest.partition("/")
+    userinfo, at, hostport = authority.rpartition("@")
+    if not at:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{hostport}{sep}{tail}"
+
+
+def is_ref_name(name: str) -> bool:
+    """Whether ``name`` follows git's ref-name rules (``git check-ref-format``): no control character, space,
+    ``~^:?*[\\``, ``..``, ``@{`` or ``//``; no component starting with ``.`` or ending with ``.lock``; not
+    ``@``, not starting with ``-`` or ``/``, not ending with ``/`` or ``.``."""
+    return not (
         not name
-        or len(name) > BRANCH_MAX
         or name.startswith(("-", "/"))
         or name.endswith(("/", ".", ".lock"))
         or ".." in name
@@ -103,9 +239,14 @@ def validate_branch(branch: str) -> str:
         or "@{" in name
         or name == "@"
         or any(c.isspace() or c in "~^:?*[\\" or ord(c) < 32 or ord(c) == 127 for c in name)
-        or any(part.startswith(".") for part in name.split("/"))
+        or any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
     )
-    if bad:
+
+
+def validate_branch(branch: str) -> str:
+    """A branch name as ``git check-ref-format --branch`` would accept it (``refs/heads/`` is stripped)."""
+    name = branch.strip().removeprefix("refs/heads/")
+    if len(name) > BRANCH_MAX or not is_ref_name(name):
         raise TargetError(f"invalid branch name {branch!r}")
     return name
 
@@ -171,8 +312,10 @@ def make_spec(
     install_mode: str | InstallMode = InstallMode.source,
     poll: str | int | None = None,
     commit_policy: str | CommitPolicy = CommitPolicy.head,
+    repo_policy: RepoPolicy | None = None,
 ) -> TargetSpec:
-    """Validate user input (CLI or API) into a :class:`TargetSpec`; raises :class:`TargetError`."""
+    """Validate user input (CLI or API) into a :class:`TargetSpec`; raises :class:`TargetError`. The repository
+    must be one ``repo_policy`` allows (default: the strict :class:`RepoPolicy`)."""
     if isinstance(poll, int):
         if poll < MIN_POLL_INTERVAL_S:
             raise TargetError(f"poll interval {poll}s is too short: at least {MIN_POLL_INTERVAL_S}s")
@@ -181,7 +324,7 @@ def make_spec(
         poll_interval_s = None if poll is None else parse_duration(poll)
     return TargetSpec(
         name=validate_name(name),
-        repo_url=validate_repo_url(repo_url),
+        repo_url=validate_repo_url(repo_url, repo_policy),
         branches=validate_branches(branches),
         adapter=validate_adapter(adapter),
         install_mode=parse_install_mode(install_mode),

@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_factory, session_scope
 from service.models import CommitPolicy, InstallMode, Target
-from service.targets import TargetError, add_target, format_duration, list_targets, make_spec, remove_target
+from service.settings import get_settings
+from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
 
 EXIT_UNAVAILABLE, EXIT_USAGE = 1, 2
 
@@ -81,7 +82,16 @@ def add(
 ) -> None:
     """Watch a new target library."""
     spec = _validated(
-        lambda: make_spec(name=name, repo_url=repo, branches=branch, adapter=adapter, install_mode=install, poll=poll, commit_policy=policy)
+        lambda: make_spec(
+            name=name,
+            repo_url=repo,
+            branches=branch,
+            adapter=adapter,
+            install_mode=install,
+            poll=poll,
+            commit_policy=policy,
+            repo_policy=RepoPolicy.from_settings(get_settings()),
+        )
     )
     with _unit_of_work(ctx) as session:
         add_target(session, spec)

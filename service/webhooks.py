@@ -2,9 +2,14 @@
 
 In order, for every request (DESIGN.md "Service"):
 
-1. the raw body is read with a size limit (413 while reading, nothing parsed);
-2. ``X-Hub-Signature-256`` is checked against an HMAC-SHA256 of the raw body with the webhook secret, in
-   constant time, before anything is parsed (401);
+1. a request without a well-formed ``X-Hub-Signature-256`` (or with no secret configured) is refused (401)
+   before its body is read; one that declares a body over the limit is refused (413) likewise;
+2. the raw body is streamed through an HMAC-SHA256 with the webhook secret into a spool that holds a small
+   body in memory and a larger one on disk (413 as soon as it exceeds the limit); the signature is compared
+   in constant time before anything is parsed (401). At most ``webhook_max_concurrent_bodies`` bodies are
+   read at once per process; past that, 503 with ``Retry-After`` at once (no queue of open connections).
+   So the memory an unauthenticated client can hold is bounded by slots × spool threshold, not by the body
+   limit (issue 14: 8 concurrent unsigned 24 MB bodies took the process from 129 MB to 510 MB);
 3. the body is parsed (400 for bad JSON or a payload that is not shaped as GitHub sends it);
 4. the delivery (``X-GitHub-Delivery``, unique) is recorded with what it led to, and for a push to a
    watched branch of a registered target: its commits and the runs the target's commit policy asks for,
@@ -21,6 +26,8 @@ import hashlib
 import hmac
 import json
 import logging
+import re
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -28,7 +35,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Request, Response, status
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -36,9 +43,10 @@ from sqlalchemy.orm import Session
 from service.db import session_scope
 from service.deps import ProducerDep, SessionFactoryDep, SettingsDep, app_settings
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
+from service.logsafe import loggable
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.queue import enqueue_runs
-from service.targets import repo_key
+from service.targets import is_ref_name, repo_key
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +57,93 @@ BRANCH_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"
 ZERO_SHA = frozenset({"0" * 40, "0" * 64})
 AUTHOR_MAX, DELIVERY_ID_MAX, EVENT_MAX = 255, 100, 50
+# The deepest JSON nesting accepted: GitHub's payloads nest a few levels; deeper is refused (400) before
+# Python's recursion limit can turn it into a 500.
+JSON_DEPTH_MAX = 64
 
 router = APIRouter(tags=["webhooks"])
 
 
-# --- 1. the body, within the limit -------------------------------------------------------------------
+# --- 1 and 2. the body, within the limit, and its signature ------------------------------------------------
+
+_SIGNATURE_FORMAT = re.compile(r"sha256=[0-9a-fA-F]{64}")
+BUSY_RETRY_AFTER_S = 5
 
 
-async def read_limited_body(request: Request) -> bytes:
-    """The raw request body, refused with 413 as soon as it is known to exceed the limit: from
-    ``Content-Length`` before reading, and while streaming (a missing or false ``Content-Length``)."""
-    limit = app_settings(request).webhook_max_body_bytes
+class BodySlots:
+    """How many webhook bodies this process is reading now, at most ``limit`` (one event loop: no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.busy = limit, 0
+
+    def take(self) -> bool:
+        if self.busy >= self.limit:
+            return False
+        self.busy += 1
+        return True
+
+    def give_back(self) -> None:
+        self.busy -= 1
+
+
+def body_slots(request: Request) -> BodySlots:
+    """The application's :class:`BodySlots`, made on first use from its settings."""
+    state = request.app.state
+    slots: BodySlots | None = getattr(state, "webhook_body_slots", None)
+    if slots is None:
+        slots = state.webhook_body_slots = BodySlots(app_settings(request).webhook_max_concurrent_bodies)
+    return slots
+
+
+def _unauthorized(reason: str, request: Request) -> HTTPException:
+    log.warning("webhook_rejected reason=%s delivery=%s", reason, loggable(request.headers.get(DELIVERY_HEADER), DELIVERY_ID_MAX))
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, reason)
+
+
+async def verified_body(request: Request) -> bytes:
+    """The raw body of a request signed with the webhook secret; see the module docstring (steps 1 and 2)."""
+    settings = app_settings(request)
+    secret = settings.webhook_secret.get_secret_value()
+    header = request.headers.get(SIGNATURE_HEADER, "").strip()
+    if not secret:
+        raise _unauthorized("webhooks are refused: SPECWATCH_WEBHOOK_SECRET is not set", request)
+    if not header:
+        raise _unauthorized(f"missing {SIGNATURE_HEADER}", request)
+    if not _SIGNATURE_FORMAT.fullmatch(header):
+        raise _unauthorized(f"{SIGNATURE_HEADER} is not sha256=<64 hex digits>", request)
+    limit = settings.webhook_max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
         if int(declared) > limit:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    slots = body_slots(request)
+    if not slots.take():
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"{slots.limit} webhook bodies are being read; retry later",
+            headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
+        )
+    try:
+        mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+        with tempfile.SpooledTemporaryFile(max_size=settings.webhook_spool_bytes) as spool:
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+                mac.update(chunk)
+                spool.write(chunk)
+            if not hmac.compare_digest(header.lower().encode(), ("sha256=" + mac.hexdigest()).encode()):
+                raise _unauthorized(f"{SIGNATURE_HEADER} does not match the body", request)
+            spool.seek(0)
+            return spool.read()
+    finally:
+        slots.give_back()
 
 
-# --- 2. the signature ----------------------------------------------------------------------------------
+# --- the signature, for callers with a body in hand -------------------------------------------------------
 
 
 class SignatureError(Exception):
@@ -130,10 +197,16 @@ class PushRepository(_Payload):
     url: str | None = None
 
 
+def _git_ref(ref: str) -> str:
+    if not is_ref_name(ref):
+        raise ValueError("not a valid git ref name")
+    return ref
+
+
 class PushEvent(_Payload):
     """The fields of GitHub's ``push`` payload that specwatch uses."""
 
-    ref: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    ref: Annotated[str, StringConstraints(min_length=1, max_length=255), AfterValidator(_git_ref)]
     before: Sha
     after: Sha
     created: bool = False
@@ -174,16 +247,21 @@ def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
         if (content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
             text = parse_qs(text, strict_parsing=True).get("payload", [""])[0]
         payload = json.loads(text)
+    except RecursionError:
+        raise PayloadError(f"body nests JSON deeper than {JSON_DEPTH_MAX} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise PayloadError(f"body is not valid JSON: {exc}") from exc
+        raise PayloadError(f"body is not valid JSON: {loggable(exc)}") from exc
     if not isinstance(payload, dict):
         raise PayloadError("body is not a JSON object")
     return {_storable(key): _storable(value) for key, value in payload.items()}
 
 
-def _storable(value: Any) -> Any:
+def _storable(value: Any, depth: int = 1) -> Any:
     """``value`` with every string made storable as PostgreSQL text: valid JSON may hold NUL (``\\u0000``) and
-    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them)."""
+    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them).
+    :class:`PayloadError` past :data:`JSON_DEPTH_MAX` levels of nesting."""
+    if depth > JSON_DEPTH_MAX:
+        raise PayloadError(f"body nests JSON deeper than {JSON_DEPTH_MAX} levels")
     if isinstance(value, str):
         try:
             value.encode()
@@ -191,9 +269,9 @@ def _storable(value: Any) -> Any:
             value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         return value.replace("\x00", "\ufffd")
     if isinstance(value, list):
-        return [_storable(item) for item in value]
+        return [_storable(item, depth + 1) for item in value]
     if isinstance(value, dict):
-        return {_storable(key): _storable(item) for key, item in value.items()}
+        return {_storable(key): _storable(item, depth + 1) for key, item in value.items()}
     return value
 
 
@@ -201,7 +279,7 @@ def parse_push(payload: dict[str, Any]) -> PushEvent:
     try:
         return PushEvent.model_validate(payload)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False)[:3])
         raise PayloadError(f"not a GitHub push payload: {problems}") from exc
 
 
@@ -349,24 +427,20 @@ def _required_header(request: Request, name: str, limit: int) -> str:
         400: {"description": "malformed payload or headers"},
         401: {"description": "bad or missing signature"},
         413: {"description": "body over the size limit"},
+        503: {"description": "too many bodies being read, or the database is unavailable"},
     },
 )
 def github_webhook(
     *,
     request: Request,
     response: Response,
-    body: Annotated[bytes, Depends(read_limited_body)],
+    body: Annotated[bytes, Depends(verified_body)],
     sessions: SessionFactoryDep,
     settings: SettingsDep,
     producer: ProducerDep,
     background: BackgroundTasks,
 ) -> WebhookAnswer:
-    """Receive a GitHub webhook: see the module docstring for the order of checks."""
-    try:
-        verify_signature(settings.webhook_secret.get_secret_value(), body, request.headers.get(SIGNATURE_HEADER))
-    except SignatureError as exc:
-        log.warning("webhook_rejected reason=%s delivery=%s", exc, request.headers.get(DELIVERY_HEADER))
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc)) from None
+    """Receive a GitHub webhook (``body`` is verified): see the module docstring for the order of checks."""
     event = _required_header(request, EVENT_HEADER, EVENT_MAX)
     delivery_id = _required_header(request, DELIVERY_HEADER, DELIVERY_ID_MAX)
     try:
@@ -381,12 +455,12 @@ def github_webhook(
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     log.info(
         "webhook delivery=%s event=%s outcome=%s commits=%s runs=%s reason=%s",
-        delivery_id,
-        event,
+        loggable(delivery_id),
+        loggable(event),
         result.outcome.value,
         result.commits,
         result.run_ids,
-        result.reason,
+        loggable(result.reason, 500),
     )
     if result.run_ids:
         # Runs after the response, so after the transaction above committed.

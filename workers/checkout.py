@@ -5,8 +5,15 @@ each run gets ``git worktree add --detach <dir> <sha>`` in its scratch directory
 worktree list pruned) when the run ends, even when it fails. Mirror operations take an exclusive file lock,
 so several worker processes on one machine share a mirror safely.
 
-The branch poller asks the remote for its heads (:func:`ls_remote`) and the mirror for the history between
-two heads (:meth:`MirrorCache.first_parent_log`, :meth:`MirrorCache.is_ancestor`).
+The branch poller asks the remote for its heads (:meth:`MirrorCache.ls_remote`) and the mirror for the history
+between two heads (:meth:`MirrorCache.first_parent_log`, :meth:`MirrorCache.is_ancestor`).
+
+Every git command runs with ``protocol.allow=never`` and only the protocols of the cache's
+:class:`~service.targets.RepoPolicy` allowed (https by default; ``file`` only with local repositories
+allowed), and a repository URL is checked against the policy again before anything is fetched (a target
+stored before a stricter policy, a host that resolves to a private address). A failing git command is
+summarised in one line (what failed and a cause among a few known ones); git's own stderr and command line,
+which may name paths that exist on the worker, only go to the worker's log.
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from service.logsafe import loggable
+from service.targets import RepoPolicy, TargetError, is_private_host, redact_url, resolves_to_private, validate_repo_url
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +58,58 @@ def _git_environment() -> dict[str, str]:
     return env
 
 
-def git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
-    """Run git; its stdout, or :class:`CheckoutError` with the command and the end of its stderr."""
-    command = ["git", *args]
+# What a failed git command tells a user, by the first pattern its stderr matches: no path, host or URL of
+# the worker's is repeated (git's messages differ for a path that exists and one that does not).
+_GIT_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"transport '[^']*' not allowed|protocol '?[^ ']*'? is not supported|unsupported protocol", re.I), "protocol not allowed"),
+    (re.compile(r"could not resolve host|name or service not known|temporary failure in name resolution", re.I), "host not found"),
+    (
+        re.compile(r"authentication failed|could not read username|permission denied \(publickey|terminal prompts disabled", re.I),
+        "authentication failed or required (configure a git credential helper for the worker)",
+    ),
+    (
+        re.compile(r"connection refused|connection timed out|network is unreachable|failed to connect|couldn't connect", re.I),
+        "could not connect",
+    ),
+    (re.compile(r"ssl|certificate", re.I), "TLS error"),
+    (
+        re.compile(r"not found|does not exist|does not appear to be a git repository|not a git repository|no such", re.I),
+        "repository not found or not accessible",
+    ),
+)
+
+
+def summarise_git_error(stderr: str) -> str:
+    """One line for a failed git command's ``stderr``: a known cause, else ``see the worker log``."""
+    for pattern, cause in _GIT_CAUSES:
+        if pattern.search(stderr):
+            return cause
+    return "see the worker log"
+
+
+def _policy_args(policy: RepoPolicy) -> list[str]:
+    """``-c`` options restricting git to ``policy``'s protocols (also on redirects and submodules)."""
+    args = ["-c", "protocol.allow=never"]
+    for protocol in sorted(policy.git_protocols()):
+        args += ["-c", f"protocol.{protocol}.allow=always"]
+    return args
+
+
+def git(*args: str, cwd: Path | None = None, timeout: float = 600, policy: RepoPolicy | None = None) -> str:
+    """Run git (with ``protocol.allow`` restricted to ``policy``'s protocols; default: the strict policy); its
+    stdout, or :class:`CheckoutError` with a one-line summary (git's stderr goes to the log)."""
+    command = ["git", *_policy_args(policy or RepoPolicy()), *args]
+    what = f"git {args[0]}" if args else "git"
     try:
         done = subprocess.run(  # noqa: S603 -- fixed executable, arguments validated by the callers
             command, cwd=cwd, env=_git_environment(), capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as exc:
-        raise CheckoutError(f"`git {' '.join(args)}` took longer than {timeout:g} s") from exc
+        raise CheckoutError(f"{what} took longer than {timeout:g} s") from exc
     if done.returncode != 0:
-        raise CheckoutError(f"`git {' '.join(args)}` failed (exit {done.returncode}): {done.stderr.strip()[-_STDERR_TAIL:]}")
+        stderr = done.stderr.strip()[-_STDERR_TAIL:]
+        log.info("git_failed command=%s exit=%s stderr=%s", loggable(what), done.returncode, loggable(stderr, 1000))
+        raise CheckoutError(f"{what} failed (exit {done.returncode}): {summarise_git_error(stderr)}")
     return done.stdout
 
 
@@ -68,18 +120,34 @@ def validate_sha(sha: str) -> str:
     return sha.lower()
 
 
-def _repository(repo_url: str) -> str:
-    if not repo_url or repo_url.startswith("-"):
-        raise CheckoutError(f"invalid repository URL {repo_url!r}")
+def check_repository(repo_url: str, policy: RepoPolicy) -> str:
+    """``repo_url`` if ``policy`` allows it, also after resolving its host (a name of a private address);
+    else :class:`CheckoutError`."""
+    try:
+        validate_repo_url(repo_url, policy)
+    except TargetError as exc:
+        raise CheckoutError(f"repository refused: {exc}") from None
+    if not policy.allow_private_hosts and not repo_url.startswith("/"):
+        host = _host_of(repo_url)
+        if host and not is_private_host(host) and resolves_to_private(host):
+            raise CheckoutError(f"repository refused: {host} resolves to a private or loopback address (SPECWATCH_ALLOW_PRIVATE_HOSTS)")
     return repo_url
 
 
-def ls_remote(repo_url: str, branches: list[str], *, timeout: float = 60) -> dict[str, str]:
+def _host_of(repo_url: str) -> str | None:
+    if "://" in repo_url:
+        return urlsplit(repo_url).hostname
+    return repo_url.split("@", 1)[-1].split(":", 1)[0] or None
+
+
+def ls_remote(repo_url: str, branches: list[str], *, timeout: float = 60, policy: RepoPolicy | None = None) -> dict[str, str]:
     """The current head of each of ``branches`` on the remote (``git ls-remote``); a branch the remote does
-    not have is absent. :class:`CheckoutError` when the remote cannot be reached or read."""
+    not have is absent. :class:`CheckoutError` when ``policy`` refuses the remote, or it cannot be reached or read."""
+    policy = policy or RepoPolicy()
     patterns = [f"refs/heads/{branch}" for branch in branches]
     heads: dict[str, str] = {}
-    for line in git("ls-remote", "--refs", _repository(repo_url), *patterns, timeout=timeout).splitlines():
+    remote = check_repository(repo_url, policy)
+    for line in git("ls-remote", "--refs", "--", remote, *patterns, timeout=timeout, policy=policy).splitlines():
         sha, _, ref = line.strip().partition("\t")
         if ref in patterns:  # patterns match ref tails (refs/heads/x/refs/heads/main): keep exact names only
             heads[ref.removeprefix("refs/heads/")] = sha.lower()
@@ -114,6 +182,14 @@ class MirrorCache:
 
     root: Path
     git_timeout_s: float = 1800
+    policy: RepoPolicy = field(default_factory=RepoPolicy)
+
+    def ls_remote(self, repo_url: str, branches: list[str], *, timeout: float = 60) -> dict[str, str]:
+        """:func:`ls_remote` under this cache's policy."""
+        return ls_remote(repo_url, branches, timeout=timeout, policy=self.policy)
+
+    def _git(self, *args: str, cwd: Path | None = None, timeout: float = 600) -> str:
+        return git(*args, cwd=cwd, timeout=timeout, policy=self.policy)
 
     def mirror_path(self, repo_url: str) -> Path:
         """``<root>/<repository name>-<hash of the URL>.git``: readable, and unique per URL."""
@@ -142,20 +218,20 @@ class MirrorCache:
         """The mirror holding ``sha`` (cloned or fetched as needed) and the full commit id. Call under the lock."""
         mirror = self.mirror_path(repo_url)
         if not (mirror / "HEAD").exists():
-            if repo_url.startswith("-"):
-                raise CheckoutError(f"invalid repository URL {repo_url!r}")
+            check_repository(repo_url, self.policy)
             partial = mirror.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
-            log.info("mirror_clone repo=%s path=%s", repo_url, mirror)
-            git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
+            log.info("mirror_clone repo=%s path=%s", loggable(redact_url(repo_url)), mirror)
+            self._git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
             partial.rename(mirror)
         full = self._resolve(mirror, sha)
         if full is None:
-            log.info("mirror_fetch repo=%s path=%s wanted=%s", repo_url, mirror, sha)
-            git("fetch", "--prune", "--quiet", "origin", cwd=mirror, timeout=self.git_timeout_s)
+            check_repository(repo_url, self.policy)
+            log.info("mirror_fetch repo=%s path=%s wanted=%s", loggable(redact_url(repo_url)), mirror, sha)
+            self._git("fetch", "--prune", "--quiet", "origin", cwd=mirror, timeout=self.git_timeout_s)
             full = self._resolve(mirror, sha)
         if full is None:
-            raise CommitNotFoundError(f"commit {sha} does not exist in {repo_url} (not found after fetching every ref)")
+            raise CommitNotFoundError(f"commit {sha} does not exist in {redact_url(repo_url)} (not found after fetching every ref)")
         return mirror, full
 
     def fetch(self, repo_url: str, sha: str) -> str:

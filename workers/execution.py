@@ -42,10 +42,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.models import InstallMode, RunStatus
 from service.releases import pip_requirement, release_version
+from service.settings import get_settings
+from service.targets import RepoPolicy
 from workers.checkout import CheckoutError, MirrorCache
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
-from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
+from workers.sandbox import (
+    SPECWATCH_ROOT,
+    Sandbox,
+    SuiteCommand,
+    SuiteOutcome,
+    probe_device,
+    resolve_sandbox,
+    run_suite_process,
+    source_dir,
+)
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -155,7 +166,11 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
         profile = get_profile(claim.profile)
     except UnknownProfileError as exc:
         return RunOutcome(RunStatus.error, error=str(exc))
-    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s)
+    try:
+        sandbox_of(settings)
+    except RuntimeError as exc:  # SPECWATCH_WORKER_SANDBOX asks for an isolation this machine cannot give
+        return RunOutcome(RunStatus.error, error=f"the worker cannot isolate the suite: {exc}")
+    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s, policy=RepoPolicy.from_settings(get_settings()))
     scratch = settings.scratch_dir / f"run-{claim.run_id}-attempt-{claim.attempt}"
     worktrees = mirrors if claim.install_mode is InstallMode.source else None
     _remove_earlier_attempts(settings.scratch_dir, claim.run_id, worktrees, claim.repo_url)
@@ -204,6 +219,7 @@ def _suite_command(
 ) -> SuiteCommand:
     device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
     memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
+    sandbox = sandbox_of(settings)
     return SuiteCommand(
         python=settings.suite_python,
         target=claim.adapter,
@@ -217,6 +233,14 @@ def _suite_command(
         passthrough=tuple(settings.env_passthrough),
         pip=pip,
         env=env,
+        sandbox=sandbox,
+    )
+
+
+def sandbox_of(settings: WorkerSettings) -> Sandbox:
+    """The worker's :class:`~workers.sandbox.Sandbox` (probed once per process)."""
+    return resolve_sandbox(
+        settings.sandbox, settings.suite_python, settings.sandbox_uid, settings.sandbox_gid, tuple(settings.sandbox_gpu_devices)
     )
 
 

@@ -55,7 +55,7 @@ from service.ingest import (
 )
 from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, Target
 from service.releases import RELEASE_PREFIX, RELEASE_VERSION_MAX, release_sha, release_version
-from workers.checkout import CheckoutError, GitCommit, MirrorCache, ls_remote
+from workers.checkout import CheckoutError, GitCommit, MirrorCache
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def poll_branches(
     for job in jobs:
         report.polled.append(job.target_name)
         try:
-            remote = ls_remote(job.repo_url, list(job.heads), timeout=timeout_s)
+            remote = mirrors.ls_remote(job.repo_url, list(job.heads), timeout=timeout_s)
         except CheckoutError as exc:
             log.warning("poll_unreachable target=%s repo=%s error=%s", job.target_name, job.repo_url, exc)
             record_failure(factory, job, PollKind.branch, list(job.heads), f"remote unreachable: {exc}")

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -59,6 +60,18 @@ class WorkerSettings(BaseSettings):
     # the suite gets it as SPECWATCH_CACHE_DIR. Point pip at a mirror with PIP_INDEX_URL in env_passthrough.
     release_cache_dir: Path = Path.home() / ".cache" / "specwatch"
     log_tail_chars: int = Field(default=8000, gt=0)
+    # How the code under test is isolated from the worker (workers.sandbox): "bwrap" (bubblewrap: user, pid,
+    # network, IPC and UTS namespaces, read-only binds, and another uid when the worker is root), "uid" (another
+    # uid only: what a root worker can do without bubblewrap), "off", or "auto" (bwrap when it works here, else
+    # uid when the worker is root, else off). Anything below bwrap is logged as a warning on every run.
+    sandbox: Literal["auto", "bwrap", "uid", "off"] = "auto"
+    # The uid and gid the suite runs as when the worker is root (default: nobody/nogroup).
+    sandbox_uid: int = Field(default=65534, gt=0)
+    sandbox_gid: int = Field(default=65534, gt=0)
+    # Device nodes bound into the sandbox on CUDA runs (globs); the driver's libraries come with /usr.
+    sandbox_gpu_devices: list[str] = Field(
+        default_factory=lambda: ["/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+    )
     max_tasks_per_child: int = Field(default=20, gt=0)
     # Celery limits of workers.run_suite: above any suite limit plus a checkout, below the broker's
     # visibility timeout (else Redis hands a still-running task to a second worker).

@@ -26,6 +26,7 @@ from service.db import session_factory, session_scope
 from service.ingest import RunOptions
 from service.queue import enqueue_runs
 from service.settings import Settings, get_settings
+from service.targets import RepoPolicy
 from workers import pollers
 from workers.alerts import AnalysisConfig, analyse, unanalysed
 from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
@@ -178,7 +179,7 @@ def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
     worker = get_worker_settings()
     report = pollers.poll_branches(
         session_factory(),
-        mirrors=MirrorCache(worker.mirror_dir, git_timeout_s=worker.git_timeout_s),
+        mirrors=MirrorCache(worker.mirror_dir, git_timeout_s=worker.git_timeout_s, policy=RepoPolicy.from_settings(get_settings())),
         options=RunOptions.from_settings(get_settings()),
         enqueue=_enqueue,
         timeout_s=worker.poll_timeout_s,

@@ -41,7 +41,7 @@ from service.models import (
 )
 from service.queue import RUN_SUITE_TASK, SUITE_QUEUE, CeleryProducer
 from service.settings import Settings
-from service.targets import add_target, make_spec
+from service.targets import RepoPolicy, add_target, make_spec
 from service.webhooks import Outcome, RunOptions, ingest, signature
 from tests.support.private_servers import wait_for
 from tests.support.workers import REDIS_SERVER
@@ -213,6 +213,8 @@ class Hook:
             adapter="toy_sampler.sampler:sample",
             install_mode=install,
             commit_policy=policy,
+            # Matching is tested on every URL form a target may have (ssh, git://, local): all allowed.
+            repo_policy=RepoPolicy(protocols=frozenset({"https", "ssh", "http", "git"}), allow_local=True, allow_private_hosts=True),
         )
         with session_scope(self.factory) as session:
             add_target(session, spec)

@@ -88,7 +88,7 @@ def env_example() -> dict[str, tuple[bool, str]]:
     return entries
 
 
-REQUIRED_SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "SPECWATCH_WEBHOOK_SECRET": "hook-secret"}
+REQUIRED_SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "SPECWATCH_WEBHOOK_SECRET": "hook-secret", "REDIS_PASSWORD": "redis-secret"}
 
 
 def project(tmp_path: Path, values: dict[str, str]) -> Path:
@@ -175,8 +175,11 @@ def test_specwatch_services_run_in_production_with_the_compose_services(main_con
         env = services[name]["environment"]
         assert env["SPECWATCH_ENV"] == "prod", name
         assert env["SPECWATCH_DATABASE_URL"] == "postgresql+psycopg://specwatch:pg-secret@postgres:5432/specwatch", name
-        assert env["SPECWATCH_REDIS_URL"].startswith("redis://redis:6379/"), name
+        assert env["SPECWATCH_REDIS_URL"].startswith("redis://:redis-secret@redis:6379/"), name
+        assert env["SPECWATCH_ALLOW_LOCAL_REPOSITORIES"] == env["SPECWATCH_ALLOW_PRIVATE_HOSTS"] == "false", name
         assert env["SPECWATCH_WEBHOOK_SECRET"] == "hook-secret", name
+    assert services["worker-gpu"]["environment"]["SPECWATCH_WORKER_SANDBOX"] == "bwrap"
+    assert services["redis"]["command"][-2:] == ["--requirepass", "redis-secret"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pg-secret"
 
 
@@ -237,9 +240,12 @@ def test_remote_worker_file_is_the_gpu_worker_against_central_services(
     # (A v1 docker-compose also folds the env_file into environment: compare the variables the file sets.)
     assert {name: value for name, value in remote["environment"].items() if name.startswith("SPECWATCH_")} == {
         "SPECWATCH_ENV": "prod",
+        "SPECWATCH_ALLOW_LOCAL_REPOSITORIES": "false",
+        "SPECWATCH_ALLOW_PRIVATE_HOSTS": "false",
+        "SPECWATCH_WORKER_SANDBOX": "bwrap",
         **central,
     }
-    for key in ("command", "image", "deploy", "volumes", "init", "restart", "stop_grace_period"):
+    for key in ("command", "image", "deploy", "volumes", "init", "restart", "stop_grace_period", "security_opt"):
         assert remote.get(key) == local.get(key), key
     assert remote["build"]["target"] == local["build"]["target"]
     assert remote["build"]["args"] == local["build"]["args"]

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from service.targets import RepoPolicy
 from tests.support.toy_target import CORRECT, SWAPPED_RESIDUAL, ToyRepo, git
-from workers.checkout import CheckoutError, CommitNotFoundError, MirrorCache
+from workers.checkout import CheckoutError, CommitNotFoundError, MirrorCache, ls_remote
+
+# The toy repositories are local: the policy of SPECWATCH_ALLOW_LOCAL_REPOSITORIES=true.
+LOCAL = RepoPolicy(allow_local=True)
 
 
 def worktrees(cache: MirrorCache, repo: ToyRepo) -> list[str]:
@@ -18,7 +22,7 @@ def worktrees(cache: MirrorCache, repo: ToyRepo) -> list[str]:
 def test_a_worktree_holds_the_commit_and_is_removed_after(tmp_path: Path, toy_repo: ToyRepo) -> None:
     good = toy_repo.commit(CORRECT, "good")
     bad = toy_repo.commit(SWAPPED_RESIDUAL, "bad")
-    cache = MirrorCache(tmp_path / "mirrors")
+    cache = MirrorCache(tmp_path / "mirrors", policy=LOCAL)
 
     with cache.worktree(toy_repo.url, good, tmp_path / "run-1" / "checkout") as checkout:
         assert (checkout / "src" / "toy_lib" / "sampler.py").read_text() == CORRECT
@@ -35,7 +39,7 @@ def test_a_worktree_holds_the_commit_and_is_removed_after(tmp_path: Path, toy_re
 
 def test_the_worktree_is_removed_when_the_run_fails(tmp_path: Path, toy_repo: ToyRepo) -> None:
     sha = toy_repo.commit(CORRECT, "good")
-    cache = MirrorCache(tmp_path / "mirrors")
+    cache = MirrorCache(tmp_path / "mirrors", policy=LOCAL)
     dest = tmp_path / "run" / "checkout"
 
     with pytest.raises(RuntimeError, match="suite blew up"), cache.worktree(toy_repo.url, sha, dest):
@@ -47,7 +51,7 @@ def test_the_worktree_is_removed_when_the_run_fails(tmp_path: Path, toy_repo: To
 
 def test_the_mirror_is_cloned_once_then_fetched_for_new_commits(tmp_path: Path, toy_repo: ToyRepo) -> None:
     first = toy_repo.commit(CORRECT, "first")
-    cache = MirrorCache(tmp_path / "mirrors")
+    cache = MirrorCache(tmp_path / "mirrors", policy=LOCAL)
     with cache.worktree(toy_repo.url, first, tmp_path / "a"):
         pass
     mirror = cache.mirror_path(toy_repo.url)
@@ -64,7 +68,7 @@ def test_the_mirror_is_cloned_once_then_fetched_for_new_commits(tmp_path: Path, 
 
 def test_a_commit_that_does_not_exist_is_a_clear_error(tmp_path: Path, toy_repo: ToyRepo) -> None:
     toy_repo.commit(CORRECT, "good")
-    cache = MirrorCache(tmp_path / "mirrors")
+    cache = MirrorCache(tmp_path / "mirrors", policy=LOCAL)
     missing = "0123456789abcdef0123456789abcdef01234567"
 
     with (
@@ -79,13 +83,50 @@ def test_a_commit_that_does_not_exist_is_a_clear_error(tmp_path: Path, toy_repo:
 @pytest.mark.parametrize("sha", ["--upload-pack=touch /tmp/pwned", "HEAD", "main", "abc"])
 def test_only_hex_commit_ids_reach_git(tmp_path: Path, toy_repo: ToyRepo, sha: str) -> None:
     toy_repo.commit(CORRECT, "good")
-    with pytest.raises(CheckoutError, match="is not a commit id"), MirrorCache(tmp_path / "m").worktree(toy_repo.url, sha, tmp_path / "w"):
+    with (
+        pytest.raises(CheckoutError, match="is not a commit id"),
+        MirrorCache(tmp_path / "m", policy=LOCAL).worktree(toy_repo.url, sha, tmp_path / "w"),
+    ):
         pass
 
 
 def test_an_unreachable_repository_is_a_clear_error(tmp_path: Path) -> None:
     with (
-        pytest.raises(CheckoutError, match="git clone --mirror"),
-        MirrorCache(tmp_path / "m").worktree(str(tmp_path / "nowhere"), "a" * 40, tmp_path / "w"),
+        pytest.raises(CheckoutError, match="git clone failed") as caught,
+        MirrorCache(tmp_path / "m", policy=LOCAL).worktree(str(tmp_path / "nowhere"), "a" * 40, tmp_path / "w"),
     ):
         pass
+    assert str(caught.value) == "git clone failed (exit 128): repository not found or not accessible"
+
+
+def test_git_errors_do_not_tell_which_paths_exist(tmp_path: Path) -> None:
+    """git's own messages differ for /root (exists, not a repository) and a missing path: the summary does not."""
+    errors = []
+    for path in ("/root", "/etc", str(tmp_path / "nowhere")):
+        with pytest.raises(CheckoutError) as caught, MirrorCache(tmp_path / "m", policy=LOCAL).worktree(path, "a" * 40, tmp_path / "w"):
+            pass
+        errors.append(str(caught.value))
+    assert len(set(errors)) == 1
+    assert "/root" not in errors[0]
+
+
+def test_the_strict_policy_refuses_local_repositories_before_git_runs(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    sha = toy_repo.commit(CORRECT, "good")
+    with (
+        pytest.raises(CheckoutError, match="local repositories are not allowed"),
+        MirrorCache(tmp_path / "m").worktree(toy_repo.url, sha, tmp_path / "w"),
+    ):
+        pass
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").glob("*.git"))
+    with pytest.raises(CheckoutError, match="local repositories are not allowed"):
+        ls_remote(toy_repo.url, ["main"])
+
+
+def test_git_itself_refuses_protocols_outside_the_policy(tmp_path: Path, toy_repo: ToyRepo) -> None:
+    """Even past the URL check (a file:// URL with local repositories allowed, but git told https only)."""
+    from workers.checkout import git as run_git
+
+    toy_repo.commit(CORRECT, "good")
+    with pytest.raises(CheckoutError, match="protocol not allowed"):
+        run_git("ls-remote", "--", f"file://{toy_repo.url}", policy=RepoPolicy())
+    assert run_git("ls-remote", "--", f"file://{toy_repo.url}", policy=LOCAL)

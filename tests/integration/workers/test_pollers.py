@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.ingest import RunOptions
 from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, RunStatus
+from service.targets import RepoPolicy
 from tests.support.package_index import PackageIndex, serve
 from tests.support.pollers import Remote, add_target, enqueued, recorded, release_shas, runs, state, time_passes
 from tests.support.toy_target import git
@@ -359,7 +360,7 @@ def test_the_pollers_work_on_the_embedded_sqlite_database(tmp_path: Path) -> Non
         index.publish("toy-lib", "1.0")
         branch_target = add_target(factory, remote.url, policy=CommitPolicy.every)
         release_target = add_target(factory, "https://example.com/toy/toy-lib", name="toy-lib", install=InstallMode.pip)
-        mirrors = MirrorCache(tmp_path / "sqlite-mirrors")
+        mirrors = MirrorCache(tmp_path / "sqlite-mirrors", policy=RepoPolicy(allow_local=True))
 
         pollers.poll_branches(factory, mirrors=mirrors, options=options, enqueue=sent.append)
         pollers.poll_releases(factory, index_url=index.url, options=options, enqueue=sent.append)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import CaseResult, Run, RunStatus, Verdict
-from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SLOW, ToyRepo, env_dump
+from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SLOW, ToyRepo
 from tests.support.workers import WEBHOOK_SECRET, add_runs
 
 # The module, not its tasks: pytest's collection would evaluate a task proxy, which configures the Celery app
@@ -149,13 +149,24 @@ def test_a_run_over_its_time_limit_is_an_error_and_not_retried(
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+ENV_MARK = "SUITE-ENVIRONMENT "
+# The correct sampler, which first prints its environment and cwd on stderr (kept as the run's log tail): the
+# sandbox lets it write nowhere outside its scratch directory.
+ENV_DUMP = CORRECT.replace(
+    "import torch\n",
+    f"import json\nimport os\nimport sys\n\nimport torch\n\n"
+    f"print({ENV_MARK!r} + json.dumps({{'env': dict(os.environ), 'cwd': os.getcwd()}}), file=sys.stderr, flush=True)\n",
+    1,
+)
+
+
 def test_the_suite_runs_in_a_clean_environment(factory: sessionmaker[Session], toy_repo: ToyRepo, tmp_path: Path) -> None:
-    dump = tmp_path / "environment.json"
-    (run_id,) = add_runs(factory, toy_repo.url, [toy_repo.commit(env_dump(dump), "dump env")], adapter=ADAPTER)
+    (run_id,) = add_runs(factory, toy_repo.url, [toy_repo.commit(ENV_DUMP, "dump env")], adapter=ADAPTER)
 
     assert tasks.run_suite(run_id)["status"] == "passed"
 
-    seen = json.loads(dump.read_text())
+    [line] = [line for line in (load(factory, run_id).log_tail or "").splitlines() if line.startswith(ENV_MARK)]
+    seen = json.loads(line.removeprefix(ENV_MARK))
     env: dict[str, str] = seen["env"]
     assert not [name for name in env if name.startswith("SPECWATCH")]
     assert WEBHOOK_SECRET not in json.dumps(env)
@@ -177,6 +188,7 @@ def test_the_suite_runs_in_a_clean_environment(factory: sessionmaker[Session], t
         "PYTHONNOUSERSITE",
         "CUDA_VISIBLE_DEVICES",
         "LC_CTYPE",
+        "PWD",  # set by bubblewrap after it changes to the scratch directory
     }
 
 

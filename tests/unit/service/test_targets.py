@@ -6,8 +6,11 @@ import pytest
 
 from service.models import CommitPolicy, InstallMode
 from service.targets import (
+    RepoPolicy,
     TargetError,
     format_duration,
+    ip_of,
+    is_private_host,
     make_spec,
     parse_duration,
     repo_key,
@@ -16,6 +19,9 @@ from service.targets import (
     validate_name,
     validate_repo_url,
 )
+
+# Everything a policy can allow: ssh, http and git, local paths, private hosts.
+OPEN = RepoPolicy(protocols=frozenset({"https", "ssh", "http", "git"}), allow_local=True, allow_private_hosts=True)
 
 
 def test_a_full_spec_is_normalised() -> None:
@@ -51,7 +57,80 @@ def test_bad_names(name: str) -> None:
     ],
 )
 def test_good_repository_urls(url: str) -> None:
+    assert validate_repo_url(url, OPEN) == url
+
+
+@pytest.mark.parametrize("url", ["https://github.com/huggingface/transformers", "https://gitlab.example.org/team/lib.git"])
+def test_the_strict_default_accepts_https(url: str) -> None:
     assert validate_repo_url(url) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("git@github.com:huggingface/transformers.git", "ssh protocol is not allowed"),
+        ("http://example.org/x", "http protocol is not allowed"),
+        ("git://example.org/x", "git protocol is not allowed"),
+        ("/srv/git/lib", "local repositories are not allowed"),
+        ("file:///etc", "local repositories are not allowed"),
+        ("https://127.0.0.1/x", "private or loopback"),
+        ("https://localhost/x", "private or loopback"),
+        ("https://10.1.2.3/x", "private or loopback"),
+        ("https://169.254.169.254/x", "private or loopback"),
+        ("https://[::1]/x", "private or loopback"),
+        ("https://[::ffff:127.0.0.1]/x", "private or loopback"),
+        ("https://2130706433/x", "private or loopback"),
+        ("https://0x7f.1/x", "private or loopback"),
+        ("https://127.1/x", "private or loopback"),
+        ("https://user:pass@github.com/o/r", "credentials"),
+        ("https://ghp_token@github.com/o/r", "credentials"),
+        ("ssh://git:pw@example.org/x", "credentials"),
+        ("file::/etc", "transport"),
+        ("ext::sh", "transport"),
+        ("fd::3", "transport"),
+        ("-uhttps://x", "options"),
+    ],
+)
+def test_the_strict_default_refuses(url: str, why: str) -> None:
+    policy = RepoPolicy(protocols=frozenset({"https", "ssh"})) if "ssh://" in url else RepoPolicy()
+    with pytest.raises(TargetError, match=why):
+        validate_repo_url(url, policy)
+
+
+def test_credentials_are_not_repeated_in_the_message() -> None:
+    with pytest.raises(TargetError) as caught:
+        validate_repo_url("https://ada:hunter2@github.com/o/r")
+    assert "hunter2" not in str(caught.value)
+
+
+def test_settings_decide_the_policy() -> None:
+    from service.settings import Settings
+
+    dev = RepoPolicy.from_settings(Settings(env="dev"))
+    assert (dev.allow_local, dev.allow_private_hosts, dev.git_protocols()) == (True, True, frozenset({"https", "file"}))
+    prod = RepoPolicy.from_settings(Settings(env="prod", webhook_secret="s", git_protocols="https,ssh"))  # type: ignore[arg-type]
+    assert (prod.allow_local, prod.allow_private_hosts, prod.git_protocols()) == (False, False, frozenset({"https", "ssh"}))
+    off = RepoPolicy.from_settings(Settings(env="dev", allow_local_repositories=False, allow_private_hosts=False))
+    assert (off.allow_local, off.allow_private_hosts) == (False, False)
+
+
+def test_unknown_git_protocols_are_refused() -> None:
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    with pytest.raises(ValidationError, match="unknown git protocol"):
+        Settings(git_protocols="https,ext")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("host", "private"), [("github.com", False), ("8.8.8.8", False), ("192.168.1.1", True), ("a.localhost", True)])
+def test_private_hosts(host: str, private: bool) -> None:
+    assert is_private_host(host) is private
+
+
+def test_ip_forms_that_resolvers_read() -> None:
+    assert str(ip_of("2130706433")) == "127.0.0.1"
+    assert ip_of("github.com") is None
 
 
 @pytest.mark.parametrize(
@@ -77,7 +156,7 @@ def test_bad_branches(branch: str) -> None:
 
 def test_at_least_one_branch() -> None:
     with pytest.raises(TargetError, match="at least one branch"):
-        make_spec(name="x", repo_url="/srv/x", branches=[], adapter="transformers")
+        make_spec(name="x", repo_url="/srv/x", branches=[], adapter="transformers", repo_policy=OPEN)
 
 
 @pytest.mark.parametrize("adapter", ["transformers", "toy_sampler.sampler:sample", "m:f"])
@@ -111,9 +190,9 @@ def test_format_duration(seconds: int | None, text: str) -> None:
 
 def test_bad_install_mode_and_policy() -> None:
     with pytest.raises(TargetError, match="invalid install mode 'conda'"):
-        make_spec(name="x", repo_url="/srv/x", branches=["main"], adapter="transformers", install_mode="conda")
+        make_spec(name="x", repo_url="/srv/x", branches=["main"], adapter="transformers", install_mode="conda", repo_policy=OPEN)
     with pytest.raises(TargetError, match="invalid commit policy 'some'"):
-        make_spec(name="x", repo_url="/srv/x", branches=["main"], adapter="transformers", commit_policy="some")
+        make_spec(name="x", repo_url="/srv/x", branches=["main"], adapter="transformers", commit_policy="some", repo_policy=OPEN)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,117 @@
+"""Fixtures of the security probes: the embedded default (a migrated SQLite file) behind the real app.
+
+The probes of issue 14 were made on ``specwatch serve``: SQLite, the API, the dashboard and the webhook in one
+process. :func:`embedded` builds the same app on a migrated SQLite file with a recording producer (the probes
+are about what the web side does with hostile input); :func:`served` runs a real uvicorn process where the
+probe is about the process (its access log, its memory).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.app import create_app
+from service.auth import hash_token
+from service.db import make_engine
+from service.settings import Settings
+from tests.support.private_servers import free_port, wait_for
+from tests.support.workers import migrate
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "probe-webhook-secret"
+WRITE_TOKEN = "probe-write-token"
+UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
+
+
+@dataclass
+class RecordingProducer:
+    sent: list[int] = field(default_factory=list)
+
+    def send_run(self, run_id: int) -> None:
+        self.sent.append(run_id)
+
+
+@dataclass
+class Embedded:
+    client: TestClient
+    factory: sessionmaker[Session]
+    database: Path
+    producer: RecordingProducer
+
+
+def embedded_settings(database_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "env": "test",
+        "database_url": database_url,
+        "redis_url": UNREACHABLE_REDIS_URL,
+        "webhook_secret": SecretStr(SECRET),
+        "api_token_hashes": [hash_token(WRITE_TOKEN)],
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@contextmanager
+def embedded_app(tmp_path: Path, **overrides: object) -> Iterator[Embedded]:
+    """The app on a migrated SQLite file, as ``specwatch serve`` runs it, with settings ``overrides``."""
+    database = tmp_path / "specwatch.db"
+    url = f"sqlite:///{database}"
+    migrate(url)
+    engine = make_engine(url)
+    factory = sessionmaker(bind=engine, expire_on_commit=False)
+    producer = RecordingProducer()
+    app = create_app(embedded_settings(url, **overrides), session_factory=factory, producer=producer)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            yield Embedded(client, factory, database, producer)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[Embedded]:
+    with embedded_app(tmp_path) as app:
+        yield app
+
+
+@contextmanager
+def served(env: Mapping[str, str], log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``uvicorn --factory service.app:create_app`` on loopback with its access log on (``--log-level info``),
+    configured by ``env``; its base URL and process."""
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env={**clean, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: _answers(base) or proc.poll() is not None, timeout_s=60, what="uvicorn")
+            if proc.poll() is not None:
+                raise RuntimeError(f"uvicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            yield base, proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answers(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code in (200, 503)
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,92 @@
+"""workers.sandbox: the bubblewrap command line, the choice of isolation, and what is never bound."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import workers
+from workers import sandbox as sandbox_module
+from workers.sandbox import SPECWATCH_ROOT, Sandbox, SuiteCommand, resolve_sandbox
+
+BWRAP = Sandbox("bwrap", bwrap="/usr/bin/bwrap", read_only=(Path("/opt/python"),), devices=("/dev/null",))
+
+
+def _binds(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == flag]
+
+
+def test_bwrap_isolates_namespaces_uid_and_capabilities() -> None:
+    argv = BWRAP.argv(["python", "-V"], cwd=Path("/scratch/run-1"), writable=[Path("/scratch/run-1")])
+    assert argv[0] == "/usr/bin/bwrap"
+    assert "--unshare-all" in argv
+    assert "--share-net" not in argv
+    assert "--die-with-parent" in argv
+    assert argv[argv.index("--uid") + 1] == "65534"
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[argv.index("--proc") + 1] == "/proc"  # its own /proc: no process of the worker
+    assert argv[-3:] == ["--", "python", "-V"]
+    assert argv[argv.index("--chdir") + 1] == "/scratch/run-1"
+
+
+def test_only_the_scratch_directory_is_writable_and_the_service_folder_is_not_bound() -> None:
+    argv = BWRAP.argv(["python"], cwd=Path("/s"), writable=[Path("/s")], read_only=[Path("/checkout/src")])
+    assert _binds(argv, "--bind") == ["/s"]
+    read_only = _binds(argv, "--ro-bind") + _binds(argv, "--ro-bind-try")
+    assert {"/opt/python", "/checkout/src", str(Path(workers.__file__).resolve().parent)} <= set(read_only)
+    assert str(SPECWATCH_ROOT) not in read_only  # its .env and database stay out of reach
+    assert "/etc" not in read_only
+    assert "/etc/shadow" not in read_only
+    assert "/etc/passwd" in read_only or not Path("/etc/passwd").exists()
+
+
+def test_the_network_only_for_the_install_step_and_devices_only_on_gpu() -> None:
+    install = BWRAP.argv(["pip"], cwd=Path("/s"), writable=[Path("/s")], network=True)
+    assert "--share-net" in install
+    assert "--dev-bind" not in install
+    gpu = BWRAP.argv(["python"], cwd=Path("/s"), writable=[Path("/s")], gpu=True)
+    assert _binds(gpu, "--dev-bind") == ["/dev/null"]
+
+
+def test_other_modes_leave_the_command_alone() -> None:
+    for mode in ("uid", "off"):
+        assert Sandbox(mode).argv(["python", "-V"], cwd=Path("/s"), writable=[Path("/s")]) == ["python", "-V"]
+    assert Sandbox("uid").switches_uid
+    assert not BWRAP.switches_uid
+
+
+def test_off_is_off() -> None:
+    assert resolve_sandbox("off", sys.executable).mode == "off"
+
+
+def test_bwrap_asked_for_but_missing_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    resolve_sandbox.cache_clear()
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda _: None)
+    try:
+        with pytest.raises(RuntimeError, match="bubblewrap"):
+            resolve_sandbox("bwrap", sys.executable)
+        auto = resolve_sandbox("auto", sys.executable, 65533, 65533)
+        assert auto.mode in ("uid", "off")
+        assert "bubblewrap (bwrap) is not installed" in auto.reason
+    finally:
+        resolve_sandbox.cache_clear()
+
+
+def test_a_pip_run_installs_its_release_in_a_step_of_its_own() -> None:
+    command = SuiteCommand(
+        python="/py",
+        target="transformers",
+        suite_args=(),
+        seed=1,
+        device="cpu",
+        python_path=(SPECWATCH_ROOT,),
+        timeout_s=10,
+        memory_limit_bytes=None,
+        pip="transformers==4.46.3",
+        env=(("SPECWATCH_CACHE_DIR", "/cache"),),
+    )
+    assert command.cache_dir == Path("/cache")
+    assert command.install_argv()[0] == "/py"
+    assert command.install_argv()[-1] == "transformers==4.46.3"
