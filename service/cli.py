@@ -166,7 +166,7 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
 
 @app.command()
 def check(
-    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function | transformers")] = "reference",
+    target: Annotated[str, typer.Option(help="reference | mutant:NAME | module:function | transformers | vllm")] = "reference",
     pip: Annotated[str | None, typer.Option(help="test this release, e.g. transformers==4.46.3 (isolated cached install)")] = None,
     source: Annotated[Path | None, typer.Option(help="test a source checkout (its src/ first on PYTHONPATH)")] = None,
     jobs: Annotated[int, typer.Option(help="processes to run cases in (one thread each)")] = 1,

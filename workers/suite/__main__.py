@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run cases against a target")
-    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function | transformers")
+    run.add_argument("--target", default="reference", help="reference | mutant:NAME | module:function | transformers | vllm")
     where = run.add_mutually_exclusive_group()
     where.add_argument(
         "--pip", default=None, metavar="REQ", help="test this release (e.g. transformers==4.46.3), installed in an isolated cache"
