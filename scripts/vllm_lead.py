@@ -147,6 +147,7 @@ def main() -> int:
                 max_model_len=64,
                 kv_cache_memory_bytes=256 << 20,
                 seed=args.seed,
+                disable_log_stats=False,
                 speculative_config=spec,
             )
             started = time.monotonic() - start
