@@ -15,6 +15,7 @@ in :mod:`workers.suite.targets.vllm_e2e`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
@@ -275,8 +276,7 @@ def greedy_draft_cases() -> tuple[Case, ...]:
             by_id["direct/far_apart/V64/g3"],
             id="direct/verify_path/V64/g3",
             description=(
-                "RejectionSampler.forward's path: vLLM's processing step (temperature 1, top-k = V: removes nothing), "
-                "then rejection_sample"
+                "RejectionSampler.forward's path: vLLM's processing step (temperature 1, top-k = V: removes nothing), then rejection_sample"
             ),
             make_step=_with_target_processing(by_id["direct/far_apart/V64/g3"], no_cut),
         ),
@@ -296,12 +296,21 @@ _overrides_registered = False
 
 def register_platform_kernels(platform: Any) -> None:
     """What a vLLM worker does before its first step: the platform swaps in its kernels (the C++ ops on a
-    CPU build without Triton). Once per process."""
+    CPU build without Triton). Once per process: vLLM 0.32's registry fails when it runs a second time in a
+    process ('_lib_fn_wrapper' object has no attribute 'get'), so afterwards the platform's own call (each
+    in-process engine makes it) is a no-op; the overrides are already in place process-wide."""
     global _overrides_registered  # noqa: PLW0603 - process-wide, like vLLM's own registry
     register = getattr(platform, "register_triton_kernel_overrides", None)
-    if register is not None and not _overrides_registered:
-        register()
-        _overrides_registered = True
+    if register is None or _overrides_registered:
+        return
+    register()
+    _overrides_registered = True
+    with contextlib.suppress(AttributeError, TypeError):  # a platform that refuses attributes: engines register again
+        platform.register_triton_kernel_overrides = _already_registered
+
+
+def _already_registered() -> None:
+    """The platform's registration after the first: nothing to do."""
 
 
 @dataclass

@@ -4,9 +4,9 @@ A 2-layer random Llama target and a 1-layer draft over an 8-token WordLevel voca
 ``save_pretrained`` (once per process) and served by vLLM offline (``dtype=float32``, eager, a fixed KV-cache
 size: the CPU build applies the default memory fraction to RAM). One ``LLM`` per engine configuration
 (plain, ngram, draft model, draft model with probabilistic drafting where the release has it) is built on
-first use and reused by every case that shares it. Each engine core runs in its own process (vLLM's default
-multiprocessing mode): vLLM 0.32 cannot register its CPU kernel overrides twice in one process, which the
-direct cases have already done in the suite's process. Each request carries its own seed drawn from the case's
+first use and reused by every case that shares it. Engines run in the suite's process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): with vLLM's default engine-core processes, a second engine on this
+CPU build hung for good (both engine cores waiting on futexes, no CPU used). Each request carries its own seed drawn from the case's
 generator, so a run is reproducible from the recorded seed.
 
 The check of a sampling case is the joint law of the first ``E2E_LENGTH`` generated tokens, prod_t
@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import dataclasses
 import importlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -169,6 +170,7 @@ _engines: dict[str, Any] = {}
 def engine(name: str) -> Any:
     """The ``LLM`` of engine configuration ``name``, built on first use and reused (one per configuration)."""
     if name not in _engines:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine is built
         vllm = importlib.import_module("vllm")
         models = tiny_models()
         configs = speculative_configs(vllm, models)
