@@ -310,7 +310,8 @@ _ENGINE_DESCRIPTIONS = {
     "draft_model_probabilistic": f"draft model, probabilistic drafting (q = the draft's law), {GAMMA} drafts per step",
 }
 _CASE_NAMES = {"plain": "control", "ngram": "ngram", "draft_model": "draft_model", "draft_model_probabilistic": "draft_model_probabilistic"}
-#: In the quick profile: every method with processors on, and the control.
+#: In the quick profile: the control and the default methods (ngram, greedy-drafting draft model), each with
+#: processors off and on (the probabilistic draft model and greedy equivalence are in the default profile).
 _QUICK = {"control", "ngram", "draft_model"}
 
 
@@ -334,7 +335,7 @@ def e2e_cases(adapter: VllmAdapter) -> tuple[Case, ...]:
                     epsilon=0.1,
                     make_experiment=make,
                     skip_reason=skip,
-                    quick=case_name in _QUICK and (label == "processed" or case_name == "control"),
+                    quick=case_name in _QUICK,
                 )
             )
     for engine_name in ("ngram", "draft_model"):
