@@ -39,7 +39,8 @@ def main() -> int:
         return 2
     run = json.loads(args.out.read_text())
     print(f"{args.pip} ({'quick' if args.quick else 'default'} profile): verdict {run['verdict']}, {wall:.0f} s wall")
-    print(f"library: {run.get('library')}")
+    library = {k.removeprefix("library_"): v for k, v in run.get("environment", {}).items() if k.startswith("library_")}
+    print(f"library: {library}")
     for r in run["results"]:
         tv = "" if r.get("tv_estimate") is None else f"{r['tv_estimate']:.3f}"
         reason = (r.get("reason") or "").splitlines()[0][:90] if r["verdict"] != "pass" else ""
