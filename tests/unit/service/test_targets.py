@@ -164,7 +164,7 @@ def test_good_adapters(adapter: str) -> None:
     assert validate_adapter(adapter) == adapter
 
 
-@pytest.mark.parametrize("adapter", ["", "vllm", "mod:", ":f", "a b:c", "mod:f:g", "1mod:f"])
+@pytest.mark.parametrize("adapter", ["", "sglang", "mod:", ":f", "a b:c", "mod:f:g", "1mod:f"])
 def test_unknown_adapters_list_the_known_ones(adapter: str) -> None:
     with pytest.raises(TargetError, match=r"unknown adapter .*known: transformers"):
         validate_adapter(adapter)

