@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS := 1
 
-.PHONY: install check test lint bench clean
+# pytest over two processes; the tests of one xdist_group share a process.
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+
+.PHONY: install check test test-unit test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +22,18 @@ install: $(BIN)/.installed
 check: install
 	$(BIN)/specwatch check --target reference
 
-test: install lint
-	$(BIN)/pytest -n 2 --dist loadgroup
+# The whole suite, what CI runs: PostgreSQL and Redis started and the tools installed when missing
+# (scripts/test-deps.sh), then lint and type checks, then every test. Nothing may skip but GPU tests.
+test: test-deps install lint
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL)
+
+# The unit tests alone (no PostgreSQL, no Redis): under a minute.
+test-unit: install
+	scripts/test-deps.sh --tools
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
+
+test-deps:
+	scripts/test-deps.sh
 
 lint: install
 	$(BIN)/ruff check service workers migrations tests bench
