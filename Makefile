@@ -27,10 +27,10 @@ check: install
 test: test-deps install lint
 	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL)
 
-# The unit tests alone (no PostgreSQL, no Redis): under a minute.
+# The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install
 	scripts/test-deps.sh --tools
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow" tests/unit
 
 test-deps:
 	scripts/test-deps.sh

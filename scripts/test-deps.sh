@@ -109,7 +109,7 @@ ensure_tools() {
     if [ "$DRY_RUN" -eq 1 ]; then return; fi
     apt-get update -qq
     # shellcheck disable=SC2086 -- one word per package
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq --no-install-recommends $missing >/dev/null
     missing="$(missing_packages)"
     [ -z "$missing" ] || stop "installed, yet still missing: $missing"
 }
