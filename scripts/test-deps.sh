@@ -3,7 +3,7 @@
 #
 #   - PostgreSQL and Redis answering. The local servers (the default test URLs) are started when they are
 #     down, as root; a server named by SPECWATCH_TEST_POSTGRES_URL / SPECWATCH_TEST_REDIS_URL is only checked.
-#   - The system tools some tests drive (REQUIRED_TOOLS below). Missing ones are installed from Debian with
+#   - The system tools some tests drive (the `tool` lines below). Missing ones are installed from Debian with
 #     apt-get when this runs as root on a machine that has it; otherwise it stops.
 #
 # Every stop is one line on stderr that says what to install or start, and exit status 1.
@@ -13,7 +13,8 @@
 set -euo pipefail
 
 # The system tools the tests drive, one line each: tool CHECK PACKAGES WHY. CHECK is a shell command that
-# succeeds when the tool is there, PACKAGES the Debian packages that provide it. One more tool, one more line.
+# succeeds when the tool is there, PACKAGES the Debian packages that provide it, WHY which tests need it (for
+# the reader). One more tool, one more line, e.g. tool "command -v bwrap" "bubblewrap" "the sandbox tests".
 TOOL_CHECKS=() TOOL_PACKAGES=()
 tool() { TOOL_CHECKS+=("$1"); TOOL_PACKAGES+=("$2"); }
 tool "command -v chromium" "chromium chromium-driver" "the dashboard's browser test (headless Chromium)"
