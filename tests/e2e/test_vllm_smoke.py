@@ -19,7 +19,7 @@ from workers.suite.targets import TargetError
 from workers.suite.targets.install import pip_install
 
 # The first install downloads about 2.5 GB (and may resolve twice, see install.py): beyond the default timeout.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(3600)]
 
 REQUIREMENT = os.environ.get("SPECWATCH_VLLM_PIP", "")
 #: Releases whose CPU build verifies with uninitialised temperature/top-k/top-p (docs/findings.md): their

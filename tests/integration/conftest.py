@@ -1,18 +1,9 @@
-"""Integration fixtures: real PostgreSQL (scratch databases, dropped at the end) and SQLite files.
-
-Tests that only need tables use :func:`rolled_back_factory`: one migrated database per test process, each
-test inside a transaction rolled back at the end. Tests that must see real commits create their own
-database with :func:`create_migrated_postgres_database`.
-
-PostgreSQL is ``SPECWATCH_TEST_POSTGRES_URL`` (default: the local server, user postgres, database
-``test``); each scratch database is created from it as ``specwatch_test_<random>``. An unreachable server
-fails the tests: integration tests never skip silently.
-"""
+"""Integration fixtures beyond tests/support/postgres.py's: empty and migrated databases on each backend
+(a fresh SQLite file, a fresh PostgreSQL database), for the tests of the migrations themselves, and
+sessions on each backend for the code that must work on both (alerts, the notification outbox)."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,50 +11,10 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, make_url, text
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import make_engine
-
-ROOT = Path(__file__).resolve().parents[2]
-POSTGRES_URL = os.environ.get("SPECWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture(scope="session")
-def postgres_admin() -> Iterator[Engine]:
-    """An AUTOCOMMIT engine on the maintenance database, to create and drop scratch databases."""
-    engine = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except OperationalError as exc:
-        engine.dispose()
-        pytest.fail(
-            f"PostgreSQL is unreachable at {make_url(POSTGRES_URL).render_as_string(hide_password=True)} "
-            f"(set SPECWATCH_TEST_POSTGRES_URL or start the server): {exc.orig}",
-            pytrace=False,
-        )
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture(scope="session")
-def create_postgres_database(postgres_admin: Engine) -> Iterator[Callable[[], str]]:
-    """A factory of empty scratch databases (``specwatch_test_<random>``); all are dropped at the end."""
-    created: list[str] = []
-
-    def create() -> str:
-        name = f"specwatch_test_{secrets.token_hex(6)}"
-        with postgres_admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        created.append(name)
-        return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-
-    yield create
-    with postgres_admin.connect() as connection:
-        for name in created:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+from tests.support.postgres import alembic_config_for, migrate
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -78,10 +29,7 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def alembic_config(empty_database_url: str) -> Config:
     """The project's alembic.ini pointed at ``empty_database_url``, leaving pytest's logging alone."""
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", empty_database_url.replace("%", "%%"))
-    config.attributes["configure_logging"] = False
-    return config
+    return alembic_config_for(empty_database_url)
 
 
 @pytest.fixture
@@ -89,47 +37,6 @@ def migrated_database_url(empty_database_url: str, alembic_config: Config) -> st
     """An empty database on each backend, built the only way tables are built: ``alembic upgrade head``."""
     command.upgrade(alembic_config, "head")
     return empty_database_url
-
-
-def migrate(url: str) -> None:
-    """``alembic upgrade head`` on ``url``, leaving pytest's logging alone."""
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    config.attributes["configure_logging"] = False
-    command.upgrade(config, "head")
-
-
-@pytest.fixture(scope="session")
-def create_migrated_postgres_database(create_postgres_database: Callable[[], str]) -> Callable[[], str]:
-    """A factory of scratch PostgreSQL databases migrated to head (dropped at the end); returns the URL."""
-
-    def create() -> str:
-        url = create_postgres_database()
-        migrate(url)
-        return url
-
-    return create
-
-
-@pytest.fixture(scope="session")
-def postgres_engine(create_migrated_postgres_database: Callable[[], str]) -> Iterator[Engine]:
-    """An engine on a migrated scratch PostgreSQL database shared by the tests of one process; tests
-    isolate themselves with :func:`rolled_back_factory` (or use a database of their own)."""
-    engine = make_engine(create_migrated_postgres_database())
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def rolled_back_factory(postgres_engine: Engine) -> Iterator[sessionmaker[Session]]:
-    """Sessions inside one transaction that is rolled back after the test (STYLE.md #11): their commits
-    release savepoints, so code under test commits as usual and the test leaves nothing behind."""
-    with postgres_engine.connect() as connection:
-        transaction = connection.begin()
-        try:
-            yield sessionmaker(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-        finally:
-            transaction.rollback()
 
 
 @pytest.fixture(scope="session")

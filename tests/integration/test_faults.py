@@ -39,9 +39,10 @@ from service.db import make_engine, session_scope
 from service.models import Commit, CommitPolicy, Delivery, DeliveryStatus, Run, RunStatus
 from service.queue import RUN_SUITE_TASK, SUITE_QUEUE
 from service.targets import add_target, make_spec
+from tests.support.postgres import migrate
 from tests.support.private_servers import ROOT, PrivatePostgres, private_postgres, private_redis, served_app, wait_for
 from tests.support.pushes import REPO_URL, push_payload, sha, signed
-from tests.support.workers import migrate, worker_environment
+from tests.support.workers import worker_environment
 from workers.runs import claim_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,4 +1,9 @@
-"""Shared set-up of worker tests: a migrated PostgreSQL database, the SPECWATCH_* environment, toy runs."""
+"""Shared set-up of worker tests (a pytest plugin, see tests/conftest.py): the SPECWATCH_* environment of a
+worker on a migrated PostgreSQL database of the test's own, a toy target repository, toy runs.
+
+The integration tests call tasks in this process with a long lease; tests/e2e overrides :func:`worker_timing`
+for real worker processes (short leases, a sweep every second).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,9 +21,9 @@ from service import db
 from service.db import make_engine, session_scope
 from service.models import Commit, Run, Target
 from service.settings import get_settings
+from tests.support.toy_target import ToyRepo
 from workers.settings import get_worker_settings
 
-ROOT = Path(__file__).resolve().parents[2]
 # A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
 # 13 and above are left to the control plane's tests.
 # The server is SPECWATCH_TEST_REDIS_URL (default: the local one), so that two checkouts can test side by side.
@@ -28,13 +31,6 @@ REDIS_SERVER = os.environ.get("SPECWATCH_TEST_REDIS_URL", "redis://127.0.0.1:637
 REDIS_URL = f"{REDIS_SERVER}/{12 - int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
 # A secret that must never reach the code under test.
 WEBHOOK_SECRET = "super-secret-webhook-key"
-
-
-def migrate(url: str) -> None:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    config.attributes["configure_logging"] = False
-    command.upgrade(config, "head")
 
 
 def flush_redis() -> None:
@@ -113,3 +109,34 @@ def add_runs(
             runs.append(run)
         session.flush()
         return [run.id for run in runs]
+
+
+@pytest.fixture
+def factory(database_url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the test's own migrated database (its commits are real)."""
+    with session_maker(database_url) as made:
+        yield made
+
+
+@pytest.fixture
+def worker_timing() -> dict[str, str]:
+    """The worker's lease settings (SPECWATCH_WORKER_*): tasks called in this process hold a run for 30 s."""
+    return {"lease_s": "30", "heartbeat_s": "1"}
+
+
+@pytest.fixture
+def worker_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, database_url: str, worker_timing: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """The workers' SPECWATCH_* environment on ``database_url`` and a flushed Redis database; this process
+    is configured by it too (the tasks read settings, engine and factory lazily)."""
+    env = worker_environment(database_url, tmp_path, **worker_timing)
+    flush_redis()
+    with configured(monkeypatch, env):
+        yield env
+    flush_redis()
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path) -> ToyRepo:
+    return ToyRepo.create(tmp_path / "toy")

