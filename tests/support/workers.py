@@ -22,6 +22,7 @@ from service.db import make_engine, session_scope
 from service.models import Commit, Run, Target
 from service.settings import get_settings
 from tests.support.toy_target import ToyRepo
+from workers.celery_app import app, celery_config
 from workers.settings import get_worker_settings
 
 # A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
@@ -64,12 +65,25 @@ def clear_caches() -> None:
         cached.cache_clear()
 
 
+def reconfigure_celery() -> None:
+    """Point the worker's Celery app at the current settings when an earlier test already configured it.
+
+    The app reads its configuration once, on first use (as a worker process does at start); a test that
+    touched ``app.tasks`` before this test's environment was set would otherwise leave it publishing to
+    the default broker, and the messages this test waits for would go elsewhere.
+    """
+    if app.configured:
+        app.conf.update(celery_config(get_settings(), get_worker_settings()))
+        app.close()  # drops the connection pools built for the previous broker
+
+
 @contextmanager
 def configured(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Iterator[None]:
     """This process configured as a worker by ``env`` (the tasks read settings, engine and factory lazily)."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     clear_caches()
+    reconfigure_celery()
     try:
         yield
     finally:
