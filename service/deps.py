@@ -1,6 +1,6 @@
 """Request dependencies: the app's settings, its queue producer, and a database session per request.
 
-The session is the request's unit of work (STYLE.md #3): routes and the domain functions they call only
+The session is the request's unit of work (docs/architecture.md §2): routes and the domain functions they call only
 ``add``/``flush``; the dependency commits after the route returned, and rolls back when it raised (an
 ``HTTPException`` included), so a rejected request stores nothing. It has ``scope="function"``: the commit
 happens before the response is sent, so a failed commit is a 500, never an acknowledged request whose data

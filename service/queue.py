@@ -2,7 +2,7 @@
 
 The service never imports ``workers`` (nor torch): a :class:`CeleryProducer` owns a Celery app that is used
 only to ``send_task("workers.run_suite", args=[run_id], queue="gpu")``. Enqueueing happens after the
-transaction that created the runs committed (STYLE.md #4). A failed publish (Redis down) is logged and
+transaction that created the runs committed (docs/architecture.md §2, "Enqueue after commit"). A failed publish (Redis down) is logged and
 swallowed: the run stays ``queued`` in the database, with a lease, and the sweeper (``workers.sweep_runs``)
 re-enqueues it once its lease has expired, so nothing is lost.
 

@@ -1,6 +1,6 @@
 """The database schema, brought up to date from code: ``alembic upgrade head`` without the ``alembic`` command.
 
-Alembic is the only way tables are created (STYLE.md #7); ``specwatch serve`` calls :func:`upgrade_to_head`
+Alembic is the only way tables are created (migrations/; docs/architecture.md §4); ``specwatch serve`` calls :func:`upgrade_to_head`
 on start, so the embedded default works on an empty SQLite file. The project's ``alembic.ini`` and
 ``migrations/`` are found next to the ``service`` package (a source checkout or an editable install).
 """

@@ -1,6 +1,6 @@
 """Watched targets: validation of what a user types, and add / list / remove on a session.
 
-Domain functions take a :class:`~sqlalchemy.orm.Session` and flush, never commit (STYLE.md #3); the CLI and
+Domain functions take a :class:`~sqlalchemy.orm.Session` and flush, never commit (docs/architecture.md §2, units of work); the CLI and
 the REST API are the boundaries. Every user mistake raises :class:`TargetError` with a one-line message.
 
 Also here: :func:`repo_key`, the normal form of a repository URL by which a webhook's repository is matched

@@ -1,6 +1,6 @@
 """GitHub webhooks: ``POST /webhooks/github`` turns a push into recorded commits and queued runs.
 
-In order, for every request (DESIGN.md "Service"):
+In order, for every request (docs/architecture.md §5, "The delivery"):
 
 1. a request without a well-formed ``X-Hub-Signature-256`` (or with no secret configured) is refused (401)
    before its body is read; one that declares a body over the limit is refused (413) likewise;

@@ -1,7 +1,8 @@
 """The pollers: new commits of watched branches and new releases on the package index become queued runs.
 
 Most users cannot add a webhook to the upstream library they watch; beat runs both pollers every
-``poll_interval_s`` and each target's own poll interval decides whether it is due (DESIGN.md "Pollers").
+``poll_interval_s`` and each target's own poll interval decides whether it is due. A poller reaches the same
+ingest step as a webhook (docs/architecture.md §1 and §5).
 
 A poll has three steps, so that no transaction is held open across the network:
 

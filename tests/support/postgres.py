@@ -11,7 +11,7 @@ head``, the only way tables are built) and creates the migrated databases of its
 - :func:`database_url`: a migrated database of the test's own, for code that commits through its own engine
   or in other processes (tasks, workers, the served app);
 - :func:`rolled_back_factory`: sessions on one shared migrated database inside a transaction rolled back
-  after the test (STYLE.md #11), for code that takes a session factory;
+  after the test (isolation by a rolled-back transaction, never by deleting rows), for code that takes a session factory;
 - :func:`create_postgres_database`: an empty database, for the migrations' own tests.
 """
 
@@ -124,7 +124,7 @@ def postgres_engine(create_migrated_postgres_database: Callable[[], str]) -> Ite
 
 @pytest.fixture
 def rolled_back_factory(postgres_engine: Engine) -> Iterator[sessionmaker[Session]]:
-    """Sessions inside one transaction that is rolled back after the test (STYLE.md #11): their commits
+    """Sessions inside one transaction that is rolled back after the test (never by deleting rows): their commits
     release savepoints, so code under test commits as usual and the test leaves nothing behind."""
     with postgres_engine.connect() as connection:
         transaction = connection.begin()

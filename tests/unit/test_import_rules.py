@@ -1,4 +1,4 @@
-"""Import rules (shared/DESIGN.md): the suite uses torch, numpy and scipy only; the control plane never
+"""Import rules (docs/architecture.md §3, "Import rules"): the suite uses torch, numpy and scipy only; the control plane never
 imports workers or torch. import-linter checks package edges in `make lint`; this checks external ones."""
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def _edge(fixture: str, description: str, make: Callable[[], SpecStep], extreme:
     )
 
 
-#: Deterministic edge checks (DESIGN: rare events such as u == 0 are out of statistical reach): each
+#: Deterministic edge checks (docs/statistics.md §11: rare events such as u == 0 are out of statistical reach): each
 #: fixture with every uniform at 0 and just below 1; any output outside the exact laws' support fails.
 EDGE_CASES: tuple[Case, ...] = tuple(
     _edge(fixture, description, make, extreme)

@@ -1,7 +1,7 @@
 """Exact reference laws of speculative sampling.
 
 All functions are pure, work in float64 numpy and never mutate their inputs. Notation follows
-Leviathan et al. 2023 / Chen et al. 2023 and shared/notes/statistics.md §5: a chain step drafts
+Leviathan et al. 2023 / Chen et al. 2023 and docs/statistics.md §2: a chain step drafts
 gamma tokens, target rows p_1..p_{gamma+1} and draft rows q_1..q_gamma, m_i = min(p_i, q_i),
 beta_i = sum(m_i).
 """
@@ -77,7 +77,7 @@ class ChainLaw:
     ``p`` has shape (gamma + 1, V) (the last row is the bonus position), ``q`` has shape (gamma, V).
     Hypothesis it encodes: the Leviathan/Chen sampler. Guarantee: every emitted position t has
     law p_t given that it was emitted (losslessness), with P(K = k) = prod_{i<=k} beta_i (1 -
-    beta_{k+1}). Reference: Leviathan, Kalman & Matias 2023, Theorem 1; statistics.md §5.1.
+    beta_{k+1}). Reference: Leviathan, Kalman & Matias 2023, Theorem 1; docs/statistics.md §2.
     """
 
     p: FloatArray
@@ -168,8 +168,8 @@ class ChainLaw:
         """Exact law of the whole step (K, Y_1..Y_{K+1}), blocks k = 0..gamma of V^(k+1) cells each.
 
         P(K = k, Y = y) = prod_{i<=k} m_i(y_i) * (p_{k+1} - q_{k+1})_+(y_{k+1}) for k < gamma, the last factor
-        being p_{gamma+1}(y_{gamma+1}) for k = gamma (Leviathan et al. 2023, Theorem 1; DESIGN "Exact reference
-        laws"). Cell of (k, y): sum_{j<k} V^(j+1) + sum_t y_t V^(k-t) (t = 1..k+1). It refines every
+        being p_{gamma+1}(y_{gamma+1}) for k = gamma (Leviathan et al. 2023, Theorem 1;
+        docs/statistics.md §2). Cell of (k, y): sum_{j<k} V^(j+1) + sum_t y_t V^(k-t) (t = 1..k+1). It refines every
         per-position law with the dependence between positions. Use ``step_joint_cells`` to size it first.
         """
         gamma = self.gamma
@@ -203,7 +203,7 @@ def sequence_law(next_token: NextTokenOracle, length: int, vocab_size: int) -> F
     ``next_token(prefix)`` returns the target's next-token distribution after the library's
     processing, given the generated prefix (the prompt is part of the oracle). The law is
     prod_t p(y_t | y_<t) over all V**length sequences; index = sum_t y_t * V**(length-1-t).
-    Reference: the chain rule; statistics.md §5.1 (test whole sequences, not pooled positions).
+    Reference: the chain rule; docs/statistics.md §3 (test whole sequences, not pooled positions).
     """
     if length < 1:
         raise ValueError("length must be at least 1")

@@ -1,6 +1,6 @@
 """Mutant catalogue: realistic buggy speculative samplers with the reference's interface.
 
-Each mutant reproduces a bug class from shared/notes/statistics.md §6 (with its public source where
+Each mutant reproduces a realistic bug class (docs/statistics.md §11; with its public source where
 one exists). The suite must fail every mutant that is not lossless by design, and must fail the
 lossless-but-slower ones on conformance only. They are positive controls for the suite itself.
 """

@@ -72,7 +72,7 @@ def test_e_process_grows_under_an_alternative():
 
 @pytest.mark.parametrize(
     ("support", "epsilon", "expected"),
-    # statistics.md §2.4, alpha = 1e-4, power 0.999 (Pearson, least-favourable alternative).
+    # docs/statistics.md §7 (sample-size design), alpha = 1e-4, power 0.999 (Pearson, least-favourable alternative).
     [(8, 0.05, 6_571), (64, 0.05, 11_809), (1024, 0.05, 35_155), (64, 0.02, 73_805)],
 )
 def test_pearson_sample_size_matches_the_design_table(support, epsilon, expected):
