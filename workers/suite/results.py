@@ -74,6 +74,9 @@ class CaseResult:
     attempt: int
     device: str
     checks: tuple[CheckResult, ...] = ()
+    #: Speculative end-to-end cases: histograms of drafts per verification, accepted drafts and rounds per
+    #: call observed in the library's own calls, the design and its shortfalls (None for other cases).
+    coverage: dict[str, Any] | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import torch
 
 from workers.suite import CATALOGUE_VERSION, SUITE_VERSION
 from workers.suite.cases import Case
-from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Layer, Observation, Violation
 from workers.suite.results import (
     Acceptance,
     CaseResult,
@@ -154,6 +154,7 @@ class _CaseState:
     trials: int = 0
     accepted_total: int = 0
     fingerprint: str = ""
+    coverage: Coverage | None = None
 
     def __post_init__(self) -> None:
         self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
@@ -164,6 +165,8 @@ class _CaseState:
         """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
         self.trials += n
         self.accepted_total += obs.accepted_total
+        if obs.coverage is not None:
+            self.coverage = obs.coverage if self.coverage is None else self.coverage.merge(obs.coverage)
         for violation in obs.violations:
             self.violations.setdefault(violation.layer, violation)
         if obs.violations and not obs.counts:
@@ -217,7 +220,7 @@ def run_case(
     generator = torch.Generator(device=config.device).manual_seed(seed)
     epsilon = config.epsilon_for(case)
     threshold = rejection_threshold(config.alpha, tests_in_run)
-    designed = [c for c in experiment.checks if c.reach >= MIN_DESIGN_REACH]
+    designed = [c for c in experiment.checks if c.reach >= MIN_DESIGN_REACH and c.sets_cap]
     wanted = max((plan_test(c.support, c.reach, epsilon, 1.0 / threshold, config.beta).trials() for c in designed), default=0.0)
     if experiment.fixed_trials is not None:
         cap = experiment.fixed_trials
@@ -287,11 +290,22 @@ def _case_result(
     # when no check counted it (deterministic experiments, malformed output).
     failed_layer = Layer.LOSSLESS if lossless == Verdict.FAIL else (Layer.CONFORMANCE if conformance == Verdict.FAIL else None)
     certain = failed_layer is not None and failed_layer in state.violations
-    designed = {c.name for c in experiment.checks if c.reach >= MIN_DESIGN_REACH}
+    designed = {c.name for c in experiment.checks if c.reach >= MIN_DESIGN_REACH and c.sets_cap}
     powered = verdict == Verdict.FAIL or (
         not timed_out
         and all(c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in checks if c.name in designed)
     )
+    reason = _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed)
+    # A speculative case that did not exercise what it was built for (drafts per verification, partial and
+    # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
+    coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
+    coverage = None
+    if coverage_design is not None:
+        observed = state.coverage or Coverage()
+        coverage = observed.to_dict(coverage_design)
+        if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
+            powered = False
+            reason = f"coverage short of design: {'; '.join(coverage['shortfalls'])}; {reason}"
     p_value = None
     if decisive is not None and state.trials > 0:
         spec = next(c for c in experiment.checks if c.name == decisive.name)
@@ -306,7 +320,7 @@ def _case_result(
         family=case.family,
         description=case.description,
         verdict=verdict,
-        reason=_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed),
+        reason=reason,
         lossless=lossless,
         conformance=conformance,
         n_trials=state.trials,
@@ -329,6 +343,7 @@ def _case_result(
         attempt=config.attempt,
         device=device_name(config.device),
         checks=tuple(checks),
+        coverage=coverage,
     )
 
 

@@ -34,6 +34,7 @@ from workers.suite.cases import Case
 from workers.suite.experiments import Experiment
 from workers.suite.sampling import Processing
 from workers.suite.targets.transformers import (
+    E2E_COVERAGE,
     AdapterError,
     GenerateExperiment,
     GreedyEquivalenceExperiment,
@@ -84,7 +85,15 @@ def head_cases(adapter: TransformersAdapter) -> tuple[Case, ...]:
 def _sampling_case(transformers: ModuleType, path: HeadPath, processing: Processing, label: str, desc: str) -> Case:
     def make(device: torch.device) -> Experiment:
         return GenerateExperiment(
-            transformers, processing, path.options, device, models=path.models, length=HEAD_LENGTH, vocab=HEAD_VOCAB, prompt=HEAD_PROMPT
+            transformers,
+            processing,
+            path.options,
+            device,
+            models=path.models,
+            length=HEAD_LENGTH,
+            vocab=HEAD_VOCAB,
+            prompt=HEAD_PROMPT,
+            coverage=E2E_COVERAGE,
         )
 
     return Case(
@@ -101,7 +110,7 @@ def _sampling_case(transformers: ModuleType, path: HeadPath, processing: Process
 def _greedy_case(transformers: ModuleType, path: HeadPath) -> Case:
     def make(device: torch.device) -> Experiment:
         return GreedyEquivalenceExperiment(
-            transformers, path.options, device, pad_token_id=_UNREACHABLE, models=path.models, vocab=HEAD_VOCAB
+            transformers, path.options, device, pad_token_id=_UNREACHABLE, models=path.models, vocab=HEAD_VOCAB, coverage=E2E_COVERAGE
         )
 
     return Case(
