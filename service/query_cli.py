@@ -152,7 +152,17 @@ def show(
     if run.error:
         console.print(f"error: {run.error}", highlight=False, soft_wrap=True)
     behaviour = f"vs run {run.previous_run_id}" if run.previous_run_id is not None else "behaviour"
-    table = Table("case", "verdict", "trials", "log E / log thr", "TV [interval]", "acceptance obs / exp", behaviour, title=f"run {run.id}")
+    table = Table(
+        "case",
+        "verdict",
+        "trials",
+        "log E / log thr",
+        "TV [interval]",
+        "acceptance obs / exp",
+        behaviour,
+        "coverage",
+        title=f"run {run.id}",
+    )
     for c in run.cases:
         tv = _num(c.tv_estimate, ".4f") + (f" [{_num(c.tv_low, '.4f')}, {_num(c.tv_high, '.4f')}]" if c.tv_low is not None else "")
         table.add_row(
@@ -163,6 +173,7 @@ def show(
             tv,
             f"{_num(c.acceptance_observed)} / {_num(c.acceptance_expected)}",
             "-" if c.same_as_previous is None else ("unchanged" if c.same_as_previous else "changed"),
+            c.coverage_summary,
         )
     out.print(table)
 

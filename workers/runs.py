@@ -26,7 +26,7 @@ from service.models import CaseResult, InstallMode, Run, RunStatus, Verdict
 log = logging.getLogger(__name__)
 
 FINISHED = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled})
-_CASE_DETAIL_FIELDS = ("family", "description", "reason", "trial_cap", "powered", "attempt", "checks", "schema")
+_CASE_DETAIL_FIELDS = ("family", "description", "reason", "trial_cap", "powered", "attempt", "checks", "schema", "coverage")
 
 
 @dataclass(frozen=True)

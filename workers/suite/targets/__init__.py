@@ -1,5 +1,6 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
-adapter (``transformers``: the installed package, whatever version is importable).
+adapter (``transformers``: the installed package, whatever version is importable;
+``transformers+mutant:NAME``: the same with a library-level mutant planted in it).
 
 Adapters for real libraries live beside this module.
 """
@@ -33,9 +34,16 @@ def resolve(spec: str) -> Target:
     """Load the sampler a target spec names; raises TargetError with a one-line reason."""
     if spec == "reference":
         return Target(spec, reference_sampler)
-    if spec == "transformers":
+    if spec == "transformers" or spec.startswith("transformers+mutant:"):
         from workers.suite.targets.transformers import AdapterError, TransformersAdapter  # noqa: PLC0415 - optional library
 
+        if spec != "transformers":
+            from workers.suite.targets.transformers_mutants import apply_mutant  # noqa: PLC0415 - optional library
+
+            try:
+                apply_mutant(spec.removeprefix("transformers+mutant:"))
+            except KeyError as exc:
+                raise TargetError(str(exc.args[0])) from exc
         try:
             adapter = TransformersAdapter.load()
             return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
