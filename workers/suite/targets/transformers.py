@@ -601,7 +601,10 @@ class GenerateExperiment:
         vocab: int = E2E_VOCAB,
         prompt: Sequence[int] = _PROMPT,
         coverage: CoverageDesign | None = None,
+        tuned: bool = True,
     ) -> None:
+        """``tuned=False`` leaves the library's drafting defaults (heuristic schedule, confidence threshold):
+        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``."""
         self.transformers = transformers
         self.processing = processing
         self.device = device
@@ -609,7 +612,7 @@ class GenerateExperiment:
         self.target, self.draft = (models or tiny_models)(transformers, device)
         self.options = _resolve_options(transformers, options, self.draft, device)
         self.speculative = bool(options)
-        if self.speculative:
+        if self.speculative and tuned:
             drafting = [m for m in (self.target, self.options.get("assistant_model")) if m is not None]
             self.options = {**speculative_settings(transformers, drafting), **self.options}
         self.coverage_design = coverage if self.speculative else None
@@ -697,7 +700,9 @@ class GenerateExperiment:
                 violations.append(Violation(Layer.LOSSLESS, f"output {new}: {batch.impossible}"))
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
         sample = counts.tobytes() if n >= 1 else b""
-        return Observation(found, tuple(violations), 0, sample, observer.coverage() if self.speculative else None)
+        coverage = observer.coverage() if self.speculative else None
+        accepted = sum(k * v for k, v in coverage.accepted.items()) if coverage else 0  # drafts accepted in the batch
+        return Observation(found, tuple(violations), accepted, sample, coverage)
 
     def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
         logits = self._conditional_logits(self.prompt, output)
