@@ -171,6 +171,11 @@ _UNREACHABLE_EOS = E2E_VOCAB
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
 _PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+#: Larger vocabularies for the conditional check (the quick profile keeps the smaller), their processing
+#: (top-k at the library's usual 50) and head scale (peaked rows, most of the mass on a few dozen tokens).
+LARGE_VOCABS: tuple[tuple[int, bool], ...] = ((256, False), (1024, False))
+LARGE_VOCAB_PROCESSING = Processing(temperature=0.7, top_k=50, top_p=0.9)
+LARGE_VOCAB_SCALE = 8.0
 
 
 @dataclass
@@ -294,6 +299,8 @@ class TransformersAdapter:
                     feature="prompt_lookup",
                 )
             )
+        for vocab, quick in LARGE_VOCABS:
+            cases.append(self._large_vocab_case(vocab, quick=quick))
         cases.append(self._greedy_case("e2e/greedy/assistant_model", {"assistant_model": True}, "assistant_model"))
         cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": E2E_DRAFTS}, "prompt_lookup"))
         from workers.suite.targets.transformers_heads import head_cases  # noqa: PLC0415 - imports this module
@@ -312,6 +319,37 @@ class TransformersAdapter:
         # Quick profile: the speculative paths with processors on (they exercise the most code).
         quick = processing is _PROCESSING_ON and feature is not None
         return Case(id=case_id, family="e2e", description=description, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick)
+
+    def _large_vocab_case(self, vocab: int, *, quick: bool) -> Case:
+        """The assistant-model path over a V-token vocabulary: the conditional check needs no enumeration, so
+        every emitted token is tested against its law; the joint check is the first token's law (V cells)."""
+        skip = None if self.features.get("assistant_model") else f"transformers {self.version} has no assistant_model path"
+
+        def models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
+            return near_copy_models(transformers, device, vocab=vocab, scale=LARGE_VOCAB_SCALE)
+
+        def make(device: torch.device) -> Experiment:
+            return GenerateExperiment(
+                self.module,
+                LARGE_VOCAB_PROCESSING,
+                {"assistant_model": True},
+                device,
+                models=models,
+                length=1,
+                vocab=vocab,
+                coverage=E2E_COVERAGE,
+            )
+
+        return Case(
+            id=f"e2e/assistant_model/V{vocab}",
+            family="e2e",
+            description=f"assistant model over a {vocab}-token vocabulary (temperature 0.7, top-k 50, top-p 0.9): every emitted "
+            "token against its exact conditional law",
+            epsilon=0.1,
+            make_experiment=make,
+            skip_reason=skip,
+            quick=quick,
+        )
 
     def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
         skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
@@ -373,11 +411,11 @@ def tiny_models(transformers: ModuleType, device: torch.device) -> tuple[Any, An
     return _tiny_llama(transformers, device, seed=1, layers=2), _tiny_llama(transformers, device, seed=2, layers=1)
 
 
-def near_copy_models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
+def near_copy_models(transformers: ModuleType, device: torch.device, *, vocab: int = E2E_VOCAB, scale: float = 12.0) -> tuple[Any, Any]:
     """The tiny target and, as draft, a copy of it with seeded noise on the output head (scale 0.5 of the
     head's spread): greedy drafts agree with the target often but not always, so verifications accept all
     of several drafts as well as some of them (a free-standing random draft almost never agrees)."""
-    target = _tiny_llama(transformers, device, seed=1, layers=2)
+    target = _tiny_llama(transformers, device, seed=1, layers=2, vocab=vocab, scale=scale)
     draft = copy.deepcopy(target)
     generator = torch.Generator().manual_seed(4)
     with torch.no_grad():
@@ -667,8 +705,9 @@ class GenerateExperiment:
             "do_sample": True,
             "max_new_tokens": self.horizon,
             **_processing_kwargs(self.processing),
-            "pad_token_id": _UNREACHABLE_EOS,  # batch size 1 never pads; a generated pad id changes masks in 4.40
-            "eos_token_id": _UNREACHABLE_EOS,
+            # An id outside the vocabulary: batch size 1 never pads; a generated pad id changes masks in 4.40.
+            "pad_token_id": max(self.vocab, _UNREACHABLE_EOS),
+            "eos_token_id": max(self.vocab, _UNREACHABLE_EOS),
             **self.options,
         }
 
