@@ -170,7 +170,11 @@ E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
 _UNREACHABLE_EOS = E2E_VOCAB
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
-_PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+#: Processing that bites on the 6-token models: on every row the joint law enumerates, top-k removes at
+#: least 0.15 of the tempered mass and top-p at least 0.01 of what top-k kept, with boundary margins of 0.025
+#: (asserted when a case is built). The earlier T 0.7, top-k 3, top-p 0.9 never let top-p remove a token.
+_PROCESSING_ON = Processing(temperature=2.0, top_k=4, top_p=0.7)
+PROCESSING_DESCRIPTION = "temperature 2, top-k 4, top-p 0.7"
 #: Larger vocabularies for the conditional check (the quick profile keeps the smaller), their processing
 #: (top-k at the library's usual 50) and head scale (peaked rows, most of the mass on a few dozen tokens).
 LARGE_VOCABS: tuple[tuple[int, bool], ...] = ((256, False), (1024, False))
@@ -257,7 +261,7 @@ class TransformersAdapter:
     def _e2e_cases(self) -> tuple[Case, ...]:
         cases: list[Case] = []
         for processing, label in ((Processing(), "plain"), (_PROCESSING_ON, "processed")):
-            desc = "processors off" if label == "plain" else "temperature 0.7, top-k 3, top-p 0.9"
+            desc = "processors off" if label == "plain" else PROCESSING_DESCRIPTION
             cases.append(
                 self._sampling_case(
                     f"e2e/control/{label}", f"plain sampling, no assistant ({desc}): checks the reference law", processing, {}
@@ -655,7 +659,9 @@ class GenerateExperiment:
             self.options = {**speculative_settings(transformers, drafting), **self.options}
         self.coverage_design = coverage if self.speculative else None
         self.prompt = torch.tensor([tuple(prompt)], device=device)
+        self._bites: list[tuple[float, float]] = []
         self.law = sequence_law(self._next_token(self.prompt), length, vocab)
+        _assert_processing_bites(processing, self._bites)
         self._checks = (
             # Designed on the conditional check (10 observations per trial); the joint law rides along.
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0, sets_cap=False),
@@ -676,6 +682,7 @@ class GenerateExperiment:
                     f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
                     f"{MARGIN:g}: float noise could change the support; choose another fixture"
                 )
+            self._bites.append(_removed_mass(logits, p))
             return p.probs(logits).cpu().numpy()
 
         return oracle
@@ -749,6 +756,29 @@ class GenerateExperiment:
         rows = p.probs(torch.from_numpy(logits)).numpy()
         keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= MARGIN for row in logits])
         return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
+
+
+#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
+MIN_REMOVED = 0.01
+
+
+def _removed_mass(logits: torch.Tensor, processing: Processing) -> tuple[float, float]:
+    """Mass removed by top-k from the tempered law, and by top-p from what top-k kept."""
+    tempered = (logits / processing.temperature).softmax(-1)
+    after_k = Processing(temperature=processing.temperature, top_k=processing.top_k).probs(logits)
+    after_p = processing.probs(logits)
+    return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
+
+
+def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[float, float]]) -> None:
+    """A processed fixture whose top-k or top-p removes less than :data:`MIN_REMOVED` on some enumerated row
+    does not test that processor there: refuse it when the case is built."""
+    for index, name, active in ((0, "top-k", processing.top_k is not None), (1, "top-p", processing.top_p not in (None, 1.0))):
+        least = min((r[index] for r in removed), default=0.0)
+        if active and least < MIN_REMOVED:
+            raise AdapterError(
+                f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
+            )
 
 
 #: Rows whose processing boundary (top-k gap, top-p cut) is closer than this are too close to call in
