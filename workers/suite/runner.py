@@ -225,7 +225,10 @@ def run_case(
     if experiment.fixed_trials is not None:
         cap = experiment.fixed_trials
     else:
-        cap = int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+        # At least one first batch of trials, or what the experiment says is its least (``min_trials``: a few
+        # hundred for generate() calls whose checks see many observations per trial).
+        floor = min(config.first_batch, int(getattr(experiment, "min_trials", config.first_batch)))
+        cap = int(min(config.max_trials, max(math.ceil(wanted), floor)))
     state = _CaseState(experiment.checks, math.log(threshold))
     state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
     batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner

@@ -629,6 +629,9 @@ class GenerateExperiment:
 
     #: Fingerprint probe: one generate() call per trial.
     probe_trials = 48
+    #: The cap is what the design needs (the conditional checks see ``horizon`` tokens per trial), at least
+    #: this many trials, not the runner's default floor of one first batch.
+    min_trials = 256
 
     def __init__(
         self,

@@ -74,3 +74,17 @@ def test_a_case_short_of_its_coverage_says_so_and_is_not_a_plain_pass():
     assert not result.powered
     assert result.reason.startswith("coverage short of design: no verification had 2 or more drafts")
     assert result.to_dict()["coverage"]["shortfalls"]
+
+
+def test_an_experiment_can_lower_the_trial_floor_to_its_own_minimum():
+    """Without ``min_trials`` the cap is at least one first batch (1024); an experiment whose trials are
+    costly (generate() calls) can ask for fewer when its design needs fewer."""
+    wide = Case(id="test/coverage/wide", family="test", description="uniform cells", epsilon=0.45)
+    default = run_case(wide, _Uniform(REACHED), SuiteConfig(seed=1), 1)
+    assert default.trial_cap == 1024
+    cheap = _Uniform(REACHED)
+    cheap.min_trials = 32
+    lowered = run_case(wide, cheap, SuiteConfig(seed=1), 1)
+    assert 32 <= lowered.trial_cap < 1024
+    assert lowered.n_trials == lowered.trial_cap
+    assert lowered.powered  # the design's own size still gives the designed power
