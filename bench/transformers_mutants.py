@@ -51,7 +51,8 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     from workers.suite.cases import Case
     from workers.suite.runner import SuiteConfig, run_case
     from workers.suite.targets import resolve
-    from workers.suite.targets.transformers import E2E_COVERAGE, GenerateExperiment, Processing
+    from workers.suite.sampling import Processing
+    from workers.suite.targets.transformers import _PROCESSING_ON, E2E_COVERAGE, GenerateExperiment
     from workers.suite.targets.transformers_mutants import LIBRARY_MUTANTS
 
     torch.set_num_threads(1)
@@ -59,7 +60,7 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     case_id = LIBRARY_MUTANTS[mutant].cases[-1]
     case = next(c for c in target.cases if c.id == case_id)
     module = importlib_transformers()
-    processing = Processing(temperature=0.7, top_k=3, top_p=0.9) if case_id.endswith("processed") else Processing()
+    processing = _PROCESSING_ON if case_id.endswith("processed") else Processing()
     options: dict[str, Any] = {"assistant_model": True} if "assistant_model" in case_id else {"prompt_lookup_num_tokens": 3}
     device = torch.device("cpu")
     old = _FirstTokensOnly(GenerateExperiment(module, processing, options, device, horizon=2, tuned=False, coverage=E2E_COVERAGE))
