@@ -50,8 +50,8 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
 
     from workers.suite.cases import Case
     from workers.suite.runner import SuiteConfig, run_case
-    from workers.suite.targets import resolve
     from workers.suite.sampling import Processing
+    from workers.suite.targets import resolve
     from workers.suite.targets.transformers import _PROCESSING_ON, E2E_COVERAGE, GenerateExperiment
     from workers.suite.targets.transformers_mutants import LIBRARY_MUTANTS
 
