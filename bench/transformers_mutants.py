@@ -8,7 +8,8 @@ is process-wide) with the mutant planted in the installed transformers:
 * new: the case as the catalogue builds it (10 tokens, 3 drafts per verification, the joint law plus the
   conditional PIT checks under two orders).
 
-Each runs the suite's sequential procedure at the quick profile's TV 0.1 with the run's Bonferroni m set
+Each runs the suite's sequential procedure (batches of 16, 32, 64, ... trials, so trials to detect are
+read at batch ends) at the quick profile's TV 0.1 with the run's Bonferroni m set
 to what a quick transformers run has, and prints: caught or not, trials run until the lossless rejection
 (at a batch end) or the cap, the accepted drafts per call and, for the new design, the drafts-per-verification
 histogram. A lossless mutant must pass both and show its acceptance change.
@@ -65,7 +66,9 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     device = torch.device("cpu")
     old = _FirstTokensOnly(GenerateExperiment(module, processing, options, device, horizon=2, tuned=False, coverage=E2E_COVERAGE))
     new = case.build(target.sampler, device)
-    config = SuiteConfig(seed=seed, quick=True, max_trials=max_trials)
+    # Batches from 16 trials, doubling: a rejection is seen at 16, 48, 112, 240, ... trials (the caps stay
+    # what each design plans).
+    config = SuiteConfig(seed=seed, quick=True, max_trials=max_trials, first_batch=16)
     out: dict[str, Any] = {"mutant": mutant, "case": case_id, "seed": seed}
     for label, experiment in (("old", old), ("new", new)):
         result = run_case(Case(id=case_id, family="e2e", description="", epsilon=0.1), experiment, config, QUICK_TESTS)
