@@ -848,4 +848,6 @@ class GreedyEquivalenceExperiment:
                     Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
                 )
                 break
-        return Observation({}, tuple(violations), 0, np.asarray(samples, dtype=np.int64).tobytes(), observer.coverage())
+        coverage = observer.coverage()
+        accepted = sum(k * v for k, v in coverage.accepted.items())  # drafts accepted in the batch's assisted calls
+        return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)
