@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.queries import coverage_summary
 from service.query_cli import alerts_app, compare_command, history, runs_app
 from service.report import markdown_report
 from service.targets_cli import targets_app
@@ -106,6 +107,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
         ("e-value / threshold", "right"),
         ("TV estimate [99% CI], descriptive", "right"),
         ("acceptance obs / exp", "right"),
+        ("coverage", "left"),
         ("time", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -121,6 +123,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
             _fmt_e(r),
             _fmt_tv(r),
             _fmt_acceptance(r),
+            coverage_summary(r.get("coverage")),
             f"{r['duration_s']:.2f}s",
         )
     return table

@@ -226,6 +226,27 @@ class CaseRow:
     # Whether the fingerprint equals the previous tested commit's on the branch ("behaviour unchanged");
     # None without a previous result or a fingerprint on either side.
     same_as_previous: bool | None = None
+    # Speculative end-to-end cases: drafts per verification, accepted drafts and rounds per call observed
+    # in the library's own calls, the design and its shortfalls (the suite's ``coverage``); None otherwise.
+    coverage: dict[str, Any] | None = None
+
+    @property
+    def coverage_summary(self) -> str:
+        return coverage_summary(self.coverage)
+
+
+def coverage_summary(coverage: dict[str, Any] | None) -> str:
+    """One line for tables: the most drafts a verification had, how many accepted all / some of >= 2
+    drafts, the range of rounds per call, and "short" when the design was not reached."""
+    if not coverage:
+        return "-"
+    drafts = [int(k) for k, v in coverage.get("drafts", {}).items() if v]
+    rounds = [int(k) for k, v in coverage.get("rounds", {}).items() if v]
+    text = (
+        f"drafts<={max(drafts, default=0)} full {coverage.get('full', 0)} partial {coverage.get('partial', 0)} "
+        f"rounds {min(rounds, default=0)}-{max(rounds, default=0)}"
+    )
+    return text + (" (short of design)" if coverage.get("shortfalls") else "")
 
 
 @dataclass(frozen=True)
@@ -273,6 +294,7 @@ def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None)
         fingerprint=result.fingerprint,
         duration_s=result.duration_s,
         same_as_previous=same,
+        coverage=(result.details or {}).get("coverage"),
     )
 
 

@@ -167,6 +167,7 @@ def show(
         "TV [interval], descriptive",
         "acceptance obs / exp",
         behaviour,
+        "coverage",
         title=f"run {run.id}",
     )
     for c in run.cases:
@@ -179,6 +180,7 @@ def show(
             tv,
             f"{_num(c.acceptance_observed)} / {_num(c.acceptance_expected)}",
             "-" if c.same_as_previous is None else ("unchanged" if c.same_as_previous else "changed"),
+            c.coverage_summary,
         )
     out.print(table)
 

@@ -41,6 +41,8 @@ _CASE_DETAIL_FIELDS = (
     "current_log_e_value",
     "current_e_value",
     "certain",
+    # speculative end-to-end cases
+    "coverage",
 )
 
 

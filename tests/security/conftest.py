@@ -27,7 +27,7 @@ from service.auth import hash_token
 from service.db import make_engine
 from service.settings import Settings
 from tests.support.private_servers import free_port, wait_for
-from tests.support.workers import migrate
+from tests.support.postgres import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "probe-webhook-secret"

@@ -104,7 +104,7 @@ def test_an_unsigned_megabyte_delivery_header_writes_a_short_log_line(embedded: 
 def test_a_token_in_a_query_string_never_reaches_the_access_log(tmp_path: Path) -> None:
     database = tmp_path / "specwatch.db"
     env = {"SPECWATCH_ENV": "test", "SPECWATCH_DATABASE_URL": f"sqlite:///{database}", "SPECWATCH_API_AUTH_READS": "true"}
-    from tests.support.workers import migrate
+    from tests.support.postgres import migrate
 
     migrate(env["SPECWATCH_DATABASE_URL"])
     token = "tok-" + secrets.token_hex(16)

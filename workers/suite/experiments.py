@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,6 +38,8 @@ class CheckSpec:
     name: str
     layer: Layer
     null: NDArray[np.float64]
+    #: Observations a trial contributes on average (the probability that it reaches the position, or the
+    #: number of positions a long-horizon check tests per trial).
     reach: float
     designed: bool = True
 
@@ -55,11 +57,73 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class CoverageDesign:
+    """What a speculative end-to-end case is built to exercise: some verification of at least
+    ``min_drafts`` drafts, one accepting all of them and one accepting some but not all (partial), and
+    at least ``min_rounds`` verification rounds in every call."""
+
+    min_drafts: int = 2
+    min_rounds: int = 3
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Histograms of what the library did, observed by wrapping its own calls: drafts per verification,
+    accepted drafts per verification and verification rounds per call, plus the verifications of at least
+    two drafts that accepted all (``full``) or some but not all (``partial``) of them."""
+
+    drafts: dict[int, int] = field(default_factory=dict)
+    accepted: dict[int, int] = field(default_factory=dict)
+    rounds: dict[int, int] = field(default_factory=dict)
+    full: int = 0
+    partial: int = 0
+
+    def merge(self, other: Coverage) -> Coverage:
+        def add(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+            return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+        return Coverage(
+            add(self.drafts, other.drafts),
+            add(self.accepted, other.accepted),
+            add(self.rounds, other.rounds),
+            self.full + other.full,
+            self.partial + other.partial,
+        )
+
+    def shortfalls(self, design: CoverageDesign) -> list[str]:
+        """What the design asked for and the observed calls did not reach (empty: coverage reached)."""
+        missing = []
+        if max(self.drafts, default=0) < design.min_drafts:
+            missing.append(f"no verification had {design.min_drafts} or more drafts (drafts {self.drafts})")
+        if not self.full:
+            missing.append(f"no verification of >= 2 drafts accepted all of them (accepted {self.accepted})")
+        if not self.partial:
+            missing.append("no verification of >= 2 drafts accepted some but not all of them")
+        if not self.rounds or min(self.rounds) < design.min_rounds:
+            missing.append(f"a call had fewer than {design.min_rounds} verification rounds (rounds {self.rounds})")
+        return missing
+
+    def to_dict(self, design: CoverageDesign) -> dict[str, Any]:
+        """JSON form (string keys), with the design and what fell short of it."""
+        return {
+            "drafts": {str(k): v for k, v in self.drafts.items()},
+            "accepted": {str(k): v for k, v in self.accepted.items()},
+            "rounds": {str(k): v for k, v in self.rounds.items()},
+            "full": self.full,
+            "partial": self.partial,
+            "design": {"min_drafts": design.min_drafts, "min_rounds": design.min_rounds},
+            "shortfalls": self.shortfalls(design),
+        }
+
+
+@dataclass(frozen=True)
 class Observation:
     counts: dict[str, NDArray[np.int64]]
     violations: tuple[Violation, ...]
     accepted_total: int
     sample: bytes
+    #: What the library's drafting did in this batch (speculative end-to-end experiments only).
+    coverage: Coverage | None = None
 
 
 class Experiment(Protocol):

@@ -101,6 +101,9 @@ class CaseResult:
     current_e_value: float = 1.0
     #: Layers with a certain violation (an observation impossible under the exact law).
     certain: tuple[str, ...] = ()
+    #: Speculative end-to-end cases: histograms of drafts per verification, accepted drafts and rounds per
+    #: call observed in the library's own calls, the design and its shortfalls (None for other cases).
+    coverage: dict[str, Any] | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

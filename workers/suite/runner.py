@@ -18,7 +18,7 @@ import torch
 
 from workers.suite import CATALOGUE_VERSION, SUITE_VERSION
 from workers.suite.cases import Case
-from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Layer, Observation, Violation
 from workers.suite.laws import validate_law
 from workers.suite.results import (
     Acceptance,
@@ -160,6 +160,7 @@ class _CaseState:
     trials: int = 0
     accepted_total: int = 0
     fingerprint: str = ""
+    coverage: Coverage | None = None
 
     def __post_init__(self) -> None:
         self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
@@ -170,6 +171,8 @@ class _CaseState:
         """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
         self.trials += n
         self.accepted_total += obs.accepted_total
+        if obs.coverage is not None:
+            self.coverage = obs.coverage if self.coverage is None else self.coverage.merge(obs.coverage)
         for violation in obs.violations:
             self.violations.setdefault(violation.layer, violation)
         if obs.violations and not obs.counts:
@@ -214,7 +217,10 @@ def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, thres
     for check in designed_checks(experiment):
         design = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta)
         wanted = max(wanted, trials_for_observations(design.needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
-    return int(min(config.max_trials, max(math.ceil(wanted), config.first_batch)))
+    # At least one first batch of trials, or what the experiment says is its least (``min_trials``: a few hundred
+    # for generate() calls whose checks see many observations per trial).
+    floor = min(config.first_batch, int(getattr(experiment, "min_trials", config.first_batch)))
+    return int(min(config.max_trials, max(math.ceil(wanted), floor)))
 
 
 def validate_laws(experiment: Experiment) -> None:
@@ -339,6 +345,17 @@ def _case_result(
     powered = not (timed_out and failure is None) and all(
         c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in backing
     )
+    reason = _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+    # A speculative case that did not exercise what it was built for (drafts per verification, partial and
+    # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
+    coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
+    coverage = None
+    if coverage_design is not None:
+        observed = state.coverage or Coverage()
+        coverage = observed.to_dict(coverage_design)
+        if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
+            powered = False
+            reason = f"coverage short of design: {'; '.join(coverage['shortfalls'])}; {reason}"
     p_value = None
     if headline is not None and state.trials > 0:
         spec = next(c for c in experiment.checks if c.name == headline.name)
@@ -353,7 +370,7 @@ def _case_result(
         family=case.family,
         description=case.description,
         verdict=verdict,
-        reason=_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed),
+        reason=reason,
         lossless=lossless,
         conformance=conformance,
         n_trials=state.trials,
@@ -381,6 +398,7 @@ def _case_result(
         current_log_e_value=None if certain else (headline.stopped_log_e_value if headline else 0.0),
         current_e_value=capped_e(math.inf) if certain else (headline.stopped_e_value if headline else 1.0),
         certain=tuple(layer.value for layer in (Layer.LOSSLESS, Layer.CONFORMANCE) if layer in state.violations),
+        coverage=coverage,
     )
 
 

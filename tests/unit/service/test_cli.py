@@ -87,10 +87,10 @@ def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference
 
     packages = Path(transformers.__file__).parents[1]
     result = runner.invoke(
-        app, ["check", "--source", str(packages), "--cases", "direct/far_apart/V8/g1", "--quick"], env={"COLUMNS": "400"}
+        app, ["check", "--source", str(packages), "--cases", "direct/far_apart/V8/g1", "--quick"]
     )
     assert result.exit_code == 0, result.output
-    assert f"tested transformers {transformers.__version__}" in result.output
+    assert f"tested transformers {transformers.__version__}" in " ".join(result.output.split())
     assert "reference" not in result.output.splitlines()[-1]
 
 
@@ -103,9 +103,9 @@ def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference
     ],
 )
 def test_a_built_in_target_beside_a_library_or_an_unknown_library_is_refused(args, message):
-    result = runner.invoke(app, ["check", *args], env={"COLUMNS": "400"})
+    result = runner.invoke(app, ["check", *args])
     assert result.exit_code == 2, result.output
-    assert message in result.output
+    assert message in " ".join(result.output.split())  # the console wraps long lines
     assert "installing" not in result.output
 
 

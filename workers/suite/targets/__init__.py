@@ -1,5 +1,6 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
-adapter (``transformers``, ``vllm``: the installed package, whatever version is importable).
+adapter (``transformers``, ``vllm``: the installed package, whatever version is importable;
+``transformers+mutant:NAME``: transformers with a library-level mutant planted in it).
 
 Adapters for real libraries live beside this module.
 """
@@ -29,32 +30,34 @@ class Target:
     library: dict[str, str] | None = None
 
 
-def resolve(spec: str) -> Target:
-    """Load the sampler a target spec names; raises TargetError with a one-line reason."""
-    if spec == "reference":
-        return Target(spec, reference_sampler)
-    if spec == "transformers":
-        from workers.suite.targets.transformers import AdapterError, TransformersAdapter  # noqa: PLC0415 - optional library
+def _transformers(spec: str) -> Target:
+    from workers.suite.targets.transformers import AdapterError, TransformersAdapter  # noqa: PLC0415 - optional library
+
+    if spec != "transformers":
+        from workers.suite.targets.transformers_mutants import apply_mutant  # noqa: PLC0415 - optional library
 
         try:
-            adapter = TransformersAdapter.load()
-            return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
-        except AdapterError as exc:
-            raise TargetError(str(exc)) from exc
-    if spec == "vllm":
-        from workers.suite.targets.vllm import AdapterError as VllmAdapterError  # noqa: PLC0415 - optional library
-        from workers.suite.targets.vllm import VllmAdapter  # noqa: PLC0415
+            apply_mutant(spec.removeprefix("transformers+mutant:"))
+        except KeyError as exc:
+            raise TargetError(str(exc.args[0])) from exc
+    try:
+        adapter = TransformersAdapter.load()
+        return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+    except AdapterError as exc:
+        raise TargetError(str(exc)) from exc
 
-        try:
-            vllm_adapter = VllmAdapter.load()
-            return Target(spec, vllm_adapter.sampler(), vllm_adapter.cases(), vllm_adapter.describe())
-        except VllmAdapterError as exc:
-            raise TargetError(str(exc)) from exc
-    if spec.startswith("mutant:"):
-        name = spec.removeprefix("mutant:")
-        if name not in MUTANTS:
-            raise TargetError(f"unknown mutant {name!r}; known: {', '.join(sorted(MUTANTS))}")
-        return Target(spec, MUTANTS[name].sampler)
+
+def _vllm(spec: str) -> Target:
+    from workers.suite.targets.vllm import AdapterError, VllmAdapter  # noqa: PLC0415 - optional library
+
+    try:
+        adapter = VllmAdapter.load()
+        return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+    except AdapterError as exc:
+        raise TargetError(str(exc)) from exc
+
+
+def _user_function(spec: str) -> Target:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(f"target must be 'reference', 'mutant:NAME' or 'module:function', got {spec!r}")
@@ -72,3 +75,19 @@ def resolve(spec: str) -> Target:
     except ValueError:
         pass  # builtins without a signature: trust them
     return Target(spec, fn)
+
+
+def resolve(spec: str) -> Target:
+    """Load the sampler a target spec names; raises TargetError with a one-line reason."""
+    if spec == "reference":
+        return Target(spec, reference_sampler)
+    if spec == "transformers" or spec.startswith("transformers+mutant:"):
+        return _transformers(spec)
+    if spec == "vllm":
+        return _vllm(spec)
+    if spec.startswith("mutant:"):
+        name = spec.removeprefix("mutant:")
+        if name not in MUTANTS:
+            raise TargetError(f"unknown mutant {name!r}; known: {', '.join(sorted(MUTANTS))}")
+        return Target(spec, MUTANTS[name].sampler)
+    return _user_function(spec)

@@ -10,13 +10,16 @@ skipped with its reason.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import hashlib
 import importlib
 import importlib.metadata
 import inspect
 import logging
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -27,7 +30,8 @@ import torch
 from numpy.typing import NDArray
 
 from workers.suite.cases import DIRECT_CASES, EDGE_CASES, Case
-from workers.suite.experiments import CheckSpec, Experiment, Layer, Observation, Violation
+from workers.suite.conditional import PIT_BINS, ConditionalBatch, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
 
@@ -155,12 +159,27 @@ QUICK_DIRECT = frozenset(
 #: Tiny vocabulary of the end-to-end models, and how many generated tokens are tested jointly.
 E2E_VOCAB = 6
 E2E_LENGTH = 2
+#: Tokens each end-to-end trial generates (the conditional check tests all of them) and drafts asked per
+#: verification: 10 tokens at most 4 per round means at least 3 verification rounds per call.
+E2E_HORIZON = 10
+E2E_DRAFTS = 3
+#: What every speculative end-to-end case must exercise (checked against the observed coverage).
+E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
 #: An end-of-sequence (and padding) id outside the vocabulary: generation never stops early (4.37
 #: needs some EOS) and no generated token is mistaken for padding.
 _UNREACHABLE_EOS = E2E_VOCAB
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
-_PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+#: Processing that bites on the 6-token models: on every row the joint law enumerates, top-k removes at
+#: least 0.15 of the tempered mass and top-p at least 0.01 of what top-k kept, with boundary margins of 0.025
+#: (asserted when a case is built). The earlier T 0.7, top-k 3, top-p 0.9 never let top-p remove a token.
+_PROCESSING_ON = Processing(temperature=2.0, top_k=4, top_p=0.7)
+PROCESSING_DESCRIPTION = "temperature 2, top-k 4, top-p 0.7"
+#: Larger vocabularies for the conditional check (the quick profile keeps the smaller), their processing
+#: (top-k at the library's usual 50) and head scale (peaked rows, most of the mass on a few dozen tokens).
+LARGE_VOCABS: tuple[tuple[int, bool], ...] = ((256, False), (1024, False))
+LARGE_VOCAB_PROCESSING = Processing(temperature=0.7, top_k=50, top_p=0.9)
+LARGE_VOCAB_SCALE = 8.0
 
 
 @dataclass
@@ -242,7 +261,7 @@ class TransformersAdapter:
     def _e2e_cases(self) -> tuple[Case, ...]:
         cases: list[Case] = []
         for processing, label in ((Processing(), "plain"), (_PROCESSING_ON, "processed")):
-            desc = "processors off" if label == "plain" else "temperature 0.7, top-k 3, top-p 0.9"
+            desc = "processors off" if label == "plain" else PROCESSING_DESCRIPTION
             cases.append(
                 self._sampling_case(
                     f"e2e/control/{label}", f"plain sampling, no assistant ({desc}): checks the reference law", processing, {}
@@ -280,12 +299,14 @@ class TransformersAdapter:
                     f"e2e/prompt_lookup/{label}",
                     f"prompt lookup decoding ({desc})",
                     processing,
-                    {"prompt_lookup_num_tokens": 2},
+                    {"prompt_lookup_num_tokens": E2E_DRAFTS},
                     feature="prompt_lookup",
                 )
             )
+        for vocab, quick in LARGE_VOCABS:
+            cases.append(self._large_vocab_case(vocab, quick=quick))
         cases.append(self._greedy_case("e2e/greedy/assistant_model", {"assistant_model": True}, "assistant_model"))
-        cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": 2}, "prompt_lookup"))
+        cases.append(self._greedy_case("e2e/greedy/prompt_lookup", {"prompt_lookup_num_tokens": E2E_DRAFTS}, "prompt_lookup"))
         from workers.suite.targets.transformers_heads import head_cases  # noqa: PLC0415 - imports this module
 
         cases.extend(head_cases(self))  # multi-token prediction, DFlash, model-specific assistants
@@ -297,17 +318,51 @@ class TransformersAdapter:
         skip = None if feature is None or self.features.get(feature) else f"transformers {self.version} has no {feature} path"
 
         def make(device: torch.device) -> Experiment:
-            return GenerateExperiment(self.module, processing, options, device)
+            return GenerateExperiment(self.module, processing, options, device, coverage=E2E_COVERAGE)
 
         # Quick profile: the speculative paths with processors on (they exercise the most code).
         quick = processing is _PROCESSING_ON and feature is not None
         return Case(id=case_id, family="e2e", description=description, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick)
 
-    def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
-        skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
+    def _large_vocab_case(self, vocab: int, *, quick: bool) -> Case:
+        """The assistant-model path over a V-token vocabulary: the conditional check needs no enumeration, so
+        every emitted token is tested against its law; the joint check is the first token's law (V cells)."""
+        skip = None if self.features.get("assistant_model") else f"transformers {self.version} has no assistant_model path"
+
+        def models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
+            return near_copy_models(transformers, device, vocab=vocab, scale=LARGE_VOCAB_SCALE)
 
         def make(device: torch.device) -> Experiment:
-            return GreedyEquivalenceExperiment(self.module, options, device, pad_token_id=_UNREACHABLE_EOS)
+            return GenerateExperiment(
+                self.module,
+                LARGE_VOCAB_PROCESSING,
+                {"assistant_model": True},
+                device,
+                models=models,
+                length=1,
+                vocab=vocab,
+                coverage=E2E_COVERAGE,
+            )
+
+        return Case(
+            id=f"e2e/assistant_model/V{vocab}",
+            family="e2e",
+            description=f"assistant model over a {vocab}-token vocabulary (temperature 0.7, top-k 50, top-p 0.9): every emitted "
+            "token against its exact conditional law",
+            epsilon=0.1,
+            make_experiment=make,
+            skip_reason=skip,
+            quick=quick,
+        )
+
+    def _greedy_case(self, case_id: str, options: dict[str, Any], feature: str) -> Case:
+        skip = None if self.features.get(feature) else f"transformers {self.version} has no {feature} path"
+        models = near_copy_models if options.get("assistant_model") is True else None
+
+        def make(device: torch.device) -> Experiment:
+            return GreedyEquivalenceExperiment(
+                self.module, options, device, pad_token_id=_UNREACHABLE_EOS, models=models, coverage=E2E_COVERAGE
+            )
 
         return Case(
             id=case_id,
@@ -358,6 +413,19 @@ def tiny_models(transformers: ModuleType, device: torch.device) -> tuple[Any, An
     """
 
     return _tiny_llama(transformers, device, seed=1, layers=2), _tiny_llama(transformers, device, seed=2, layers=1)
+
+
+def near_copy_models(transformers: ModuleType, device: torch.device, *, vocab: int = E2E_VOCAB, scale: float = 12.0) -> tuple[Any, Any]:
+    """The tiny target and, as draft, a copy of it with seeded noise on the output head (scale 0.5 of the
+    head's spread): greedy drafts agree with the target often but not always, so verifications accept all
+    of several drafts as well as some of them (a free-standing random draft almost never agrees)."""
+    target = _tiny_llama(transformers, device, seed=1, layers=2, vocab=vocab, scale=scale)
+    draft = copy.deepcopy(target)
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        head = draft.lm_head.weight
+        head.add_(0.5 * head.std() * torch.randn(head.shape, generator=generator).to(head.device))
+    return target, draft
 
 
 def _tiny_llama(
@@ -425,16 +493,145 @@ def _resolve_options(transformers: ModuleType, options: dict[str, Any], draft: A
     return resolved
 
 
-class GenerateExperiment:
-    """Trials of ``generate(do_sample=True)``; the check is the joint law of the first L new tokens.
+class DraftObserver:
+    """Counts what the library's candidate generators do, by wrapping their own calls without changing them.
 
-    One observation per trial: the cell of (y_1..y_L) in base V. The null is the exact law
-    prod_t p(y_t | prompt, y_<t) with p the target model's next-token law after ``processing``
-    (Hugging Face's order: temperature, top-k, top-p).
+    While :meth:`watching` is open, ``get_candidates`` and ``update_candidate_strategy`` of every class in
+    ``transformers.generation.candidate_generator`` that defines them are replaced by wrappers that call
+    the original with the same arguments, return its result unchanged and record: drafts per
+    verification (candidate length returned), accepted drafts (``num_matches`` the library reports after
+    the round) and verification rounds per ``generate()`` call. A nested call (a subclass's
+    ``super().get_candidates``) is counted once. Process-wide: the suite runs one case at a time per process.
+    """
+
+    _METHODS = ("get_candidates", "update_candidate_strategy")
+
+    def __init__(self) -> None:
+        self.drafts: dict[int, int] = {}
+        self.accepted: dict[int, int] = {}
+        self.rounds: dict[int, int] = {}
+        self.full = 0
+        self.partial = 0
+        self._depth = 0
+        self._pending: int | None = None
+        self._rounds_this_call = 0
+
+    def _got_candidates(self, drafts: int) -> None:
+        self._pending = drafts
+        self._rounds_this_call += 1
+        self.drafts[drafts] = self.drafts.get(drafts, 0) + 1
+
+    def _verified(self, accepted: int) -> None:
+        self.accepted[accepted] = self.accepted.get(accepted, 0) + 1
+        drafts = self._pending if self._pending is not None else 0
+        if drafts >= 2 and accepted >= drafts:
+            self.full += 1
+        elif drafts >= 2 and 0 < accepted < drafts:
+            self.partial += 1
+        self._pending = None
+
+    def call_done(self) -> None:
+        """Close one generate() call: its number of verification rounds goes into the histogram."""
+        self.rounds[self._rounds_this_call] = self.rounds.get(self._rounds_this_call, 0) + 1
+        self._rounds_this_call = 0
+        self._pending = None
+
+    def coverage(self) -> Coverage:
+        return Coverage(
+            dict(sorted(self.drafts.items())),
+            dict(sorted(self.accepted.items())),
+            dict(sorted(self.rounds.items())),
+            self.full,
+            self.partial,
+        )
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        observer = self
+
+        @functools.wraps(original)
+        def wrapper(generator: Any, *args: Any, **kwargs: Any) -> Any:
+            observer._depth += 1
+            try:
+                result = original(generator, *args, **kwargs)
+            finally:
+                observer._depth -= 1
+            if observer._depth == 0:
+                if name == "get_candidates":
+                    input_ids = args[0] if args else kwargs["input_ids"]
+                    observer._got_candidates(int(result[0].shape[-1]) - int(input_ids.shape[-1]))
+                else:
+                    matches = args[2] if len(args) > 2 else kwargs["num_matches"]
+                    observer._verified(int(matches))
+            return result
+
+        return wrapper
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        module = importlib.import_module("transformers.generation.candidate_generator")
+        patched: list[tuple[type, str, Any]] = []
+        for cls in vars(module).values():
+            if not isinstance(cls, type) or cls.__module__ != module.__name__:
+                continue
+            for name in self._METHODS:
+                if name in vars(cls):
+                    original = vars(cls)[name]
+                    patched.append((cls, name, original))
+                    setattr(cls, name, self._wrap(name, original))
+        try:
+            yield
+        finally:
+            for cls, name, original in reversed(patched):
+                setattr(cls, name, original)
+
+
+def speculative_settings(transformers: ModuleType, models: Sequence[Any]) -> dict[str, Any]:
+    """generate() options that make every verification draft up to :data:`E2E_DRAFTS` tokens, for the
+    versions that have them: a constant schedule (no heuristic shrinking between rounds) and the
+    assistant's confidence threshold off (4.45+ stops drafting below 0.4 by default). The same values go
+    into the generation config of each drafting model (``models``), where the candidate generators read them.
+    """
+    fields = _generation_config_fields(transformers)
+    wanted = {"num_assistant_tokens": E2E_DRAFTS, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    settings = {k: v for k, v in wanted.items() if k in fields}
+    for model in models:
+        config = getattr(model, "generation_config", None)
+        if config is None:
+            continue
+        for key, value in settings.items():
+            setattr(config, key, value)
+    return settings
+
+
+def _processing_kwargs(processing: Processing) -> dict[str, Any]:
+    return {
+        "temperature": processing.temperature,
+        "top_k": processing.top_k if processing.top_k is not None else 0,
+        "top_p": processing.top_p if processing.top_p is not None else 1.0,
+    }
+
+
+class GenerateExperiment:
+    """Trials of ``generate(do_sample=True)`` over a long horizon, against exact laws.
+
+    Each trial generates ``horizon`` tokens (at least 8, several verification rounds). Checks:
+
+    * ``lossless/first{L}``: the joint law of the first L new tokens, one cell of V**L per trial, against
+      the exact law prod_t p(y_t | prompt, y_<t) with p the target's next-token law after ``processing``
+      (Hugging Face's order: temperature, top-k, top-p).
+    * ``lossless/pit_id`` and ``lossless/pit_prob``: every emitted token of the horizon against its exact
+      conditional law (one no-cache forward of the target over prompt + output), by the randomized PIT
+      under two token orders (:mod:`workers.suite.conditional`). Rows whose processing boundary lies
+      within float noise of a token are left out (decided from the prefix only, which keeps validity).
+
+    Speculative paths also record their coverage (:class:`DraftObserver`) against ``coverage_design``.
     """
 
     #: Fingerprint probe: one generate() call per trial.
     probe_trials = 48
+    #: The cap is what the design needs (the conditional checks see ``horizon`` tokens per trial), at least
+    #: this many trials, not the runner's default floor of one first batch.
+    min_trials = 256
 
     def __init__(
         self,
@@ -445,27 +642,61 @@ class GenerateExperiment:
         *,
         models: ModelFactory | None = None,
         length: int = E2E_LENGTH,
+        horizon: int = E2E_HORIZON,
         vocab: int = E2E_VOCAB,
         prompt: Sequence[int] = _PROMPT,
+        coverage: CoverageDesign | None = None,
+        tuned: bool = True,
     ) -> None:
+        """``tuned=False`` leaves the library's drafting defaults (heuristic schedule, confidence threshold):
+        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``."""
         self.transformers = transformers
         self.processing = processing
         self.device = device
-        self.length, self.vocab = length, vocab
+        self.length, self.horizon, self.vocab = length, max(length, horizon), vocab
         self.target, self.draft = (models or tiny_models)(transformers, device)
         self.options = _resolve_options(transformers, options, self.draft, device)
+        self.speculative = bool(options)
+        if self.speculative and tuned:
+            drafting = [m for m in (self.target, self.options.get("assistant_model")) if m is not None]
+            self.options = {**speculative_settings(transformers, drafting), **self.options}
+        self.coverage_design = coverage if self.speculative else None
         self.prompt = torch.tensor([tuple(prompt)], device=device)
+        self._bites: list[tuple[float, float]] = []
         self.law = sequence_law(self._next_token(self.prompt), length, vocab)
-        self._checks = (CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),)
+        _assert_processing_bites(processing, self._bites)
+        self._checks = (
+            # Designed on the conditional check (10 observations per trial); the joint law rides along.
+            CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0, designed=False),
+            *(CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon)) for order in TokenOrder),
+        )
 
     def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
+        """The processed next-token law after prompt + prefix; every row it gives must clear :data:`MARGIN`."""
+        p = self.processing
+
         def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
             ids = torch.cat((prompt, torch.tensor([prefix], dtype=torch.long, device=self.device)), dim=1) if prefix else prompt
             with torch.no_grad():
                 logits = self.target(ids).logits[0, -1].double()
-            return self.processing.probs(logits).cpu().numpy()
+            margin = processing_margin(logits.cpu().numpy(), p.temperature, p.top_k, p.top_p)
+            if margin < MARGIN:
+                raise AdapterError(
+                    f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
+                    f"{MARGIN:g}: float noise could change the support; choose another fixture"
+                )
+            self._bites.append(_removed_mass(logits, p))
+            return p.probs(logits).cpu().numpy()
 
         return oracle
+
+    def _conditional_logits(self, prompt: torch.Tensor, output: Sequence[int]) -> NDArray[np.float64]:
+        """Raw target logits (float64) of the next token after prompt + output[:t], for t = 0..len(output)-1."""
+        ids = torch.cat((prompt, torch.tensor([list(output)], dtype=torch.long, device=self.device)), dim=1)
+        with torch.no_grad():
+            logits = self.target(ids, use_cache=False).logits[0, prompt.shape[1] - 1 : prompt.shape[1] - 1 + len(output)]
+        rows: NDArray[np.float64] = logits.double().cpu().numpy()
+        return rows
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
@@ -480,32 +711,82 @@ class GenerateExperiment:
         return None
 
     def generation_kwargs(self) -> dict[str, Any]:
-        p = self.processing
         return {
             "do_sample": True,
-            "max_new_tokens": self.length,
-            "temperature": p.temperature,
-            "top_k": p.top_k if p.top_k is not None else 0,
-            "top_p": p.top_p if p.top_p is not None else 1.0,
-            "pad_token_id": _UNREACHABLE_EOS,  # batch size 1 never pads; a generated pad id changes masks in 4.40
-            "eos_token_id": _UNREACHABLE_EOS,
+            "max_new_tokens": self.horizon,
+            **_processing_kwargs(self.processing),
+            # An id outside the vocabulary: batch size 1 never pads; a generated pad id changes masks in 4.40.
+            "pad_token_id": max(self.vocab, _UNREACHABLE_EOS),
+            "eos_token_id": max(self.vocab, _UNREACHABLE_EOS),
             **self.options,
         }
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
         counts = np.zeros(len(self.law), dtype=np.int64)
+        pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
         kwargs = self.generation_kwargs()
         prompt, mask = self.prompt, torch.ones_like(self.prompt)
-        for _ in range(n):
-            with torch.no_grad():
-                out = self.target.generate(prompt, attention_mask=mask, **kwargs)
-            new = out[0, prompt.shape[1] :].tolist()
-            if len(new) < self.length or any(not 0 <= t < self.vocab for t in new[: self.length]):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.length} new tokens"),), 0, b"")
+        observer = DraftObserver()
+        violations: list[Violation] = []
+        outputs: list[list[int]] = []
+        with observer.watching() if self.speculative else contextlib.nullcontext():
+            for _ in range(n):
+                with torch.no_grad():
+                    out = self.target.generate(prompt, attention_mask=mask, **kwargs)
+                observer.call_done()
+                new = out[0, prompt.shape[1] :].tolist()
+                if len(new) < self.horizon or any(not 0 <= t < self.vocab for t in new[: self.horizon]):
+                    return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
+                outputs.append(new[: self.horizon])
+        for i, new in enumerate(outputs):
             counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
+            batch = self._conditional(new, pit_w[i])
+            for order in TokenOrder:
+                pit[order] += batch.counts[order]
+            if batch.impossible is not None and not violations:
+                violations.append(Violation(Layer.LOSSLESS, f"output {new}: {batch.impossible}"))
+        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
         sample = counts.tobytes() if n >= 1 else b""
-        return Observation({self._checks[0].name: counts}, (), 0, sample)
+        coverage = observer.coverage() if self.speculative else None
+        accepted = sum(k * v for k, v in coverage.accepted.items()) if coverage else 0  # drafts accepted in the batch
+        return Observation(found, tuple(violations), accepted, sample, coverage)
+
+    def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
+        logits = self._conditional_logits(self.prompt, output)
+        p = self.processing
+        rows = p.probs(torch.from_numpy(logits)).numpy()
+        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= MARGIN for row in logits])
+        return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
+
+
+#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
+MIN_REMOVED = 0.01
+
+
+def _removed_mass(logits: torch.Tensor, processing: Processing) -> tuple[float, float]:
+    """Mass removed by top-k from the tempered law, and by top-p from what top-k kept."""
+    tempered = (logits / processing.temperature).softmax(-1)
+    after_k = Processing(temperature=processing.temperature, top_k=processing.top_k).probs(logits)
+    after_p = processing.probs(logits)
+    return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
+
+
+def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[float, float]]) -> None:
+    """A processed fixture whose top-k or top-p removes less than :data:`MIN_REMOVED` on some enumerated row
+    does not test that processor there: refuse it when the case is built."""
+    for index, name, active in ((0, "top-k", processing.top_k is not None), (1, "top-p", processing.top_p not in (None, 1.0))):
+        least = min((r[index] for r in removed), default=0.0)
+        if active and least < MIN_REMOVED:
+            raise AdapterError(
+                f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
+            )
+
+
+#: Rows whose processing boundary (top-k gap, top-p cut) is closer than this are too close to call in
+#: float32, where the library processes: the conditional check leaves them out, the joint law refuses them.
+MARGIN = 1e-4
 
 
 class GreedyEquivalenceExperiment:
@@ -524,10 +805,14 @@ class GreedyEquivalenceExperiment:
         pad_token_id: int,
         models: ModelFactory | None = None,
         vocab: int = E2E_VOCAB,
+        coverage: CoverageDesign | None = None,
     ) -> None:
         self.target, self.draft = (models or tiny_models)(transformers, device)
         self.vocab = vocab
         self.options = _resolve_options(transformers, options, self.draft, device)
+        drafting = [m for m in (self.target, self.options.get("assistant_model")) if m is not None]
+        self.options = {**speculative_settings(transformers, drafting), **self.options}
+        self.coverage_design = coverage
         self.device = device
         self.pad_token_id = pad_token_id
 
@@ -544,20 +829,25 @@ class GreedyEquivalenceExperiment:
         return self.prompts
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        base = {"do_sample": False, "max_new_tokens": 6, "pad_token_id": self.pad_token_id, "eos_token_id": _UNREACHABLE_EOS}
+        base = {"do_sample": False, "max_new_tokens": E2E_HORIZON, "pad_token_id": self.pad_token_id, "eos_token_id": _UNREACHABLE_EOS}
         violations: list[Violation] = []
         samples: list[int] = []
+        observer = DraftObserver()
         for _ in range(n):
             length = int(torch.randint(2, 7, (1,), generator=generator))
             prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
             mask = torch.ones_like(prompt)
             with torch.no_grad():
                 plain = self.target.generate(prompt, attention_mask=mask, **base)
-                assisted = self.target.generate(prompt, attention_mask=mask, **base, **self.options)
+                with observer.watching():
+                    assisted = self.target.generate(prompt, attention_mask=mask, **base, **self.options)
+                observer.call_done()
             samples.extend(assisted[0].tolist())
             if not torch.equal(plain, assisted):
                 violations.append(
                     Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
                 )
                 break
-        return Observation({}, tuple(violations), 0, np.asarray(samples, dtype=np.int64).tobytes())
+        coverage = observer.coverage()
+        accepted = sum(k * v for k, v in coverage.accepted.items())  # drafts accepted in the batch's assisted calls
+        return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)

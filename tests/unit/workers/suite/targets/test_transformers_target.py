@@ -221,3 +221,31 @@ def test_finding_edge_checks_on_the_installed_release(target):
     assert run.verdict == Verdict.FAIL  # a finding about the sampler, not a broken run
     assert "probability tensor contains either `inf`, `nan` or element < 0" in crashed.reason
     assert {r.verdict for case, r in verdicts.items() if case not in failed | {crashed.case_id}} == {Verdict.PASS}
+
+
+def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built():
+    """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
+    model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
+    from workers.suite.sampling import Processing
+    from workers.suite.targets.transformers import _PROCESSING_ON, AdapterError, GenerateExperiment
+
+    adapter = TransformersAdapter.load()
+    with pytest.raises(AdapterError, match="top-p removes only"):
+        GenerateExperiment(adapter.module, Processing(temperature=0.7, top_k=3, top_p=0.9), {}, torch.device("cpu"))
+    built = GenerateExperiment(adapter.module, _PROCESSING_ON, {}, torch.device("cpu"))
+    assert [c.name for c in built.checks] == ["lossless/first2", "lossless/pit_id", "lossless/pit_prob"]
+    assert built.checks[1].designed
+    assert not built.checks[0].designed
+
+
+def test_every_speculative_e2e_case_is_designed_for_several_drafts_and_rounds(target):
+    from workers.suite.targets.transformers import E2E_COVERAGE, E2E_DRAFTS, E2E_HORIZON
+
+    assert E2E_HORIZON >= 8
+    assert E2E_COVERAGE.min_rounds - 1 + (E2E_COVERAGE.min_rounds - 1) * E2E_DRAFTS < E2E_HORIZON  # >= 3 rounds by construction
+    built = {
+        c.id: c.build(target.sampler, torch.device("cpu"))
+        for c in select(["e2e/assistant_model/processed", "e2e/control/plain"], target.cases)
+    }
+    assert built["e2e/assistant_model/processed"].coverage_design == E2E_COVERAGE
+    assert built["e2e/control/plain"].coverage_design is None  # plain sampling drafts nothing
