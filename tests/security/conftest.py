@@ -26,8 +26,8 @@ from service.app import create_app
 from service.auth import hash_token
 from service.db import make_engine
 from service.settings import Settings
-from tests.support.private_servers import free_port, wait_for
 from tests.support.postgres import migrate
+from tests.support.private_servers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "probe-webhook-secret"

@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy import select
 
 from service.models import Run
-from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
 from tests.support.postgres import migrate
+from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
 from tests.support.workers import WEBHOOK_SECRET, add_runs, flush_redis, session_maker, worker_environment
 
 pytestmark = pytest.mark.integration

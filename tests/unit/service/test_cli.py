@@ -86,9 +86,7 @@ def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference
     import transformers
 
     packages = Path(transformers.__file__).parents[1]
-    result = runner.invoke(
-        app, ["check", "--source", str(packages), "--cases", "direct/far_apart/V8/g1", "--quick"]
-    )
+    result = runner.invoke(app, ["check", "--source", str(packages), "--cases", "direct/far_apart/V8/g1", "--quick"])
     assert result.exit_code == 0, result.output
     assert f"tested transformers {transformers.__version__}" in " ".join(result.output.split())
     assert "reference" not in result.output.splitlines()[-1]
