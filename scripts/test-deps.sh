@@ -18,7 +18,7 @@ set -euo pipefail
 TOOL_CHECKS=() TOOL_PACKAGES=()
 tool() { TOOL_CHECKS+=("$1"); TOOL_PACKAGES+=("$2"); }
 tool "command -v chromium" "chromium chromium-driver" "the dashboard's browser test (headless Chromium)"
-tool "command -v bwrap" "bubblewrap" "the sandbox tests (tests/security/test_sandbox.py) and suite runs under bwrap"
+tool "command -v bwrap" "bubblewrap" "the sandbox tests (tests/security/test_sandbox_probes.py) and suite runs under bwrap"
 tool "docker compose version || command -v docker-compose" "docker-compose" "the deployment tests (a real Compose parser)"
 
 DEFAULT_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:5432/test"
