@@ -38,7 +38,7 @@ test-vllm: test-deps install
 # The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install
 	scripts/test-deps.sh --tools
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow" tests/unit
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm" tests/unit
 
 test-deps:
 	scripts/test-deps.sh
