@@ -8,15 +8,12 @@ probe is about the process (its access log, its memory).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
@@ -27,7 +24,7 @@ from service.auth import hash_token
 from service.db import make_engine
 from service.settings import Settings
 from tests.support.postgres import migrate
-from tests.support.private_servers import free_port, wait_for
+from tests.support.private_servers import served_uvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "probe-webhook-secret"
@@ -90,28 +87,5 @@ def embedded(tmp_path: Path) -> Iterator[Embedded]:
 def served(env: Mapping[str, str], log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``uvicorn --factory service.app:create_app`` on loopback with its access log on (``--log-level info``),
     configured by ``env``; its base URL and process."""
-    port = free_port()
-    command = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1", "--port", str(port)]
-    clean = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env={**clean, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_for(lambda: _answers(base) or proc.poll() is not None, timeout_s=60, what="uvicorn")
-            if proc.poll() is not None:
-                raise RuntimeError(f"uvicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-            yield base, proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _answers(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz", timeout=1).status_code in (200, 503)
-    except httpx.HTTPError:
-        return False
+    with served_uvicorn(env, log_path, log_level="info") as served_process:
+        yield served_process

@@ -160,22 +160,12 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 
 @contextmanager
-def served_app(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
-    """``uvicorn --factory service.app:create_app`` on a free loopback port, configured by ``env``; its base URL."""
+def served_uvicorn(env: Mapping[str, str], log_path: Path, *, log_level: str = "warning") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``uvicorn --factory service.app:create_app`` on a free loopback port, configured by ``env``; its base URL
+    and process (``log_level="info"`` keeps the access log)."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "service.app:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
+    command = [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--log-level", log_level]
     clean = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env={**clean, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -184,7 +174,7 @@ def served_app(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
             wait_for(lambda: _healthy(base) or proc.poll() is not None, timeout_s=60, what="uvicorn")
             if proc.poll() is not None:
                 raise RuntimeError(f"uvicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-            yield base
+            yield base, proc
         finally:
             proc.terminate()
             try:
@@ -192,6 +182,13 @@ def served_app(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextmanager
+def served_app(env: Mapping[str, str], log_path: Path) -> Iterator[str]:
+    """:func:`served_uvicorn` with its access log off; its base URL."""
+    with served_uvicorn(env, log_path) as (base, _proc):
+        yield base
 
 
 def _healthy(base: str) -> bool:
