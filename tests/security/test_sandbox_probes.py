@@ -139,6 +139,7 @@ def _tables(database: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+@pytest.mark.slow
 def test_the_code_under_test_reaches_neither_secrets_nor_database_nor_network(tmp_path: Path, listener: socket.socket) -> None:
     seen, run, log = run_worker(tmp_path, "bwrap", listener)
 
@@ -154,6 +155,7 @@ def test_the_code_under_test_reaches_neither_secrets_nor_database_nor_network(tm
     assert "SUITE NOT ISOLATED" not in log
 
 
+@pytest.mark.slow
 def test_without_the_sandbox_the_probe_succeeds_and_a_warning_says_so(tmp_path: Path, listener: socket.socket) -> None:
     """The documented fallback (SPECWATCH_WORKER_SANDBOX=off): what issue 14's probe saw, now loudly logged."""
     seen, run, log = run_worker(tmp_path, "off", listener)

@@ -33,7 +33,8 @@ from tests.support.workers import clear_caches
 # The module, not its tasks (see test_tasks.py).
 from workers import tasks
 
-pytestmark = pytest.mark.usefixtures("worker_env")
+# Each test runs the suite in a real worker over several commits: the slow tier (`make test-slow`).
+pytestmark = [pytest.mark.usefixtures("worker_env"), pytest.mark.slow]
 
 # Lossless but slower: a draft is accepted only when it equals an independent target sample.
 STRICT_ACCEPTANCE = '''"""Speculative sampling that accepts a draft only when an independent target sample agrees."""
@@ -100,7 +101,6 @@ def slack_rows(factory: sessionmaker[Session]) -> list[Notification]:
         return list(session.scalars(select(Notification).where(Notification.channel == "slack").order_by(Notification.id)))
 
 
-@pytest.mark.slow
 def test_bisection_names_commit_5_of_an_8_commit_push(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
     base = toy_repo.commit(CORRECT, "base, tested earlier")
     push = [toy_repo.commit(CORRECT if i < 5 else SWAPPED_RESIDUAL, f"commit {i}") for i in range(1, 9)]
@@ -263,7 +263,6 @@ def test_fingerprints_mark_a_refactor_unchanged_and_a_bug_changed(factory: sessi
         assert not set(failing) & set(bad_run.analysis["unchanged_cases"])
 
 
-@pytest.mark.slow
 def test_an_acceptance_drift_is_bisected_to_its_first_commit(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
     """Lossless throughout, but from commit 5 of an 8-commit push the mean acceptance of one case moves (the
     stored runs of commits 5.. are given a higher acceptance, as a change the conformance checks missed

@@ -55,6 +55,7 @@ def verdicts(factory: sessionmaker[Session], run_id: int) -> dict[str, Verdict]:
         return {c.case_id: c.verdict for c in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id))}
 
 
+@pytest.mark.slow
 def test_each_new_release_is_installed_with_pip_and_tested(factory: sessionmaker[Session], index: PackageIndex, tmp_path: Path) -> None:
     index.publish("toy-lib", "1.0", wheel=toy_wheel(tmp_path / "dist", "1.0", CORRECT))
     target_id = add_target(factory, "https://example.com/toy/toy-lib", name="toy-lib", install=InstallMode.pip, policy=CommitPolicy.every)

@@ -38,6 +38,7 @@ def cases(factory: sessionmaker[Session], run_id: int) -> dict[str, CaseResult]:
         return {c.case_id: c for c in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id))}
 
 
+@pytest.mark.slow
 def test_pass_fail_pass_is_stored_per_commit(factory: sessionmaker[Session], toy_repo: ToyRepo, tmp_path: Path) -> None:
     shas = toy_repo.history()
     run_ids = add_runs(factory, toy_repo.url, shas, adapter=ADAPTER)

@@ -28,6 +28,7 @@ def test_reference_passes_every_case():
     assert "direct/transformers_target_distribution/V10/g3" in result.output
 
 
+@pytest.mark.slow
 def test_a_mutant_is_a_violation(tmp_path):
     out = tmp_path / "run.json"
     result = _check("--target", "mutant:swapped_residual", "--cases", "direct/far_apart/*", "--json", str(out))
@@ -38,6 +39,7 @@ def test_a_mutant_is_a_violation(tmp_path):
     assert {r["lossless"] for r in payload["results"]} == {"fail"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -60,6 +62,7 @@ def _user_module(tmp_path, body: str) -> None:
     (tmp_path / "my_sampler.py").write_text(textwrap.dedent(body))
 
 
+@pytest.mark.slow
 def test_module_function_targets_a_user_sampler(tmp_path, monkeypatch):
     _user_module(
         tmp_path,
@@ -81,6 +84,7 @@ def test_module_function_targets_a_user_sampler(tmp_path, monkeypatch):
     assert "the target raised on a valid input after 0 trials: ValueError: my sampler is broken" in crash.output
 
 
+@pytest.mark.slow
 def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference():
     """``--source`` (like ``--pip``) without ``--target`` tests the library it names; the summary says what ran."""
     import transformers
@@ -92,6 +96,7 @@ def test_a_release_or_checkout_is_tested_by_its_library_target_not_the_reference
     assert "reference" not in result.output.splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -107,6 +112,7 @@ def test_a_built_in_target_beside_a_library_or_an_unknown_library_is_refused(arg
     assert "installing" not in result.output
 
 
+@pytest.mark.slow
 def test_the_suite_lists_a_library_targets_cases():
     from workers.suite.__main__ import main
 
@@ -122,6 +128,7 @@ def test_the_suite_lists_a_library_targets_cases():
     assert all({"description", "quick", "skip_reason"} <= set(case) for case in library_cases)
 
 
+@pytest.mark.slow
 def test_markdown_report_names_versions_failures_and_the_command_to_reproduce(tmp_path):
     report = tmp_path / "report.md"
     args = ["--target", "mutant:swapped_residual", "--cases", "direct/far_apart/V8/*", "--quick", "--seed", "7"]

@@ -28,7 +28,7 @@ def _tiny_step() -> SpecStep:
 TINY = Case(id="test/tiny/V4/g1", family="test", description="V = 4, one draft", epsilon=0.2, make_step=_tiny_step)
 
 
-@pytest.mark.slow  # over 30 s: in `make test`, not in `make test-unit`
+@pytest.mark.slow  # over 30 s: the slow tier (`make test-slow`)
 def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
     """2000 independent null runs of the whole per-case procedure (reference sampler, alpha = 0.01):
     the exact (Clopper-Pearson) 99.9 % upper bound on the rejection rate is <= alpha.

@@ -74,7 +74,7 @@ def _leviathan(candidate_input_ids, candidate_logits, candidate_length, new_logi
     return torch.cat((drafts[:n], t))[None], torch.tensor(n)
 
 
-@pytest.mark.slow  # over 30 s: in `make test`, not in `make test-unit`
+@pytest.mark.slow  # over 30 s: the slow tier (`make test-slow`)
 def test_the_adapter_passes_a_faithful_batch_one_sampler_and_catches_a_broken_one():
     cases = [c for c in CASES if c.id in ("direct/far_apart/V8/g1", "direct/far_apart/V8/g3")]
     config = SuiteConfig(epsilon=0.1)
