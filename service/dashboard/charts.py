@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-WIDTH, HEIGHT = 760, 250
-LEFT, RIGHT, TOP, BOTTOM = 72, 16, 28, 62
+WIDTH, HEIGHT = 760, 240
+LEFT, RIGHT, TOP, BOTTOM = 72, 16, 28, 52
 
 
 def plain(value: float) -> str:
@@ -216,6 +216,7 @@ def _series(
             points.append(
                 f'<polygon class="beyond" points="{cx - 5:.1f},{cy:.1f} {cx + 5:.1f},{cy:.1f} {cx:.1f},{cy + tip_dy:.1f}" '
                 f'fill="{series.color}"><title>{tip}</title></polygon>'
+                f'<text class="tick" x="{cx + 8:.1f}" y="{cy + 4:.1f}">far beyond</text>'
             )
         elif dots:
             points.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{series.color}"><title>{tip}</title></circle>')

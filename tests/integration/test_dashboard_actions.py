@@ -114,8 +114,11 @@ def test_sign_in_then_acknowledge_and_resolve_from_the_pages(
     client: TestClient, seeded: Seeded, rolled_back_factory: sessionmaker[Session]
 ) -> None:
     csrf = sign_in(client)
-    alerts = client.get("/ui/alerts")
+    alerts = client.get("/ui/alerts", params={"state": "open"})
     assert alerts.text.count('class="acknowledge"') == 1  # the one open alert; the resolved one has no buttons
+    # Each form sends its CSRF token and returns to the page it is on.
+    assert alerts.text.count(f'name="csrf" value="{csrf}"') == 3  # acknowledge, resolve, sign out
+    assert alerts.text.count('name="next" value="/ui/alerts?state=open"') == 2
     done = client.post(f"/ui/alerts/{seeded.open_alert}/acknowledge", data={"csrf": csrf, "next": "/ui/alerts"}, follow_redirects=False)
     assert (done.status_code, done.headers["location"]) == (303, "/ui/alerts")
     assert state_of(rolled_back_factory, seeded.open_alert) is AlertState.acknowledged

@@ -10,14 +10,14 @@ import re
 import pytest
 
 from service.dashboard import EVIDENCE_CLIP, case_charts
-from service.dashboard.charts import HEIGHT, TOP, Axis, Chart, Rule, Series, render
+from service.dashboard.charts import BOTTOM, HEIGHT, TOP, Axis, Chart, Rule, Series, render
 from service.models import Verdict
 from service.queries import CaseHistory, HistoryPoint
 
 pytestmark = pytest.mark.unit
 
 THRESHOLD = 3.0e4
-BOTTOM_Y = HEIGHT - 62  # the plot's bottom edge (charts.BOTTOM)
+BOTTOM_Y = HEIGHT - BOTTOM  # the plot's bottom edge
 
 
 def point(order: int, log_e: float | None, *, fail: bool = False, tv: float = 0.004, acceptance: float = 0.71) -> HistoryPoint:
@@ -64,6 +64,7 @@ def test_one_huge_rejection_leaves_the_threshold_and_passing_commits_readable() 
     beyond = re.findall(r'<polygon class="beyond" points="[\d., ]+"[^>]*><title>([^<]*)</title>', evidence)
     assert beyond == [f"{3:040x}"[:8] + f": log E = {huge:.4g}, log threshold = {math.log(THRESHOLD):.4g}"]
     assert "beyond the axis" in evidence
+    assert evidence.count(">far beyond</text>") == 1
     assert ">rejection threshold<" in evidence
     assert "log E ÷ log threshold" in evidence
 
