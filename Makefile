@@ -53,8 +53,8 @@ test-deps:
 	scripts/test-deps.sh
 
 lint: install
-	$(BIN)/ruff check service workers migrations tests bench
-	$(BIN)/ruff format --check service workers migrations tests bench
+	$(BIN)/ruff check specwatch service workers migrations tests bench
+	$(BIN)/ruff format --check specwatch service workers migrations tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

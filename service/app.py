@@ -10,6 +10,7 @@ Run it with ``uvicorn --factory service.app:create_app``.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,8 +20,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.middleware.sessions import SessionMiddleware
 
 from service import api, api_query, dashboard, ops, webhooks
+from service.dashboard import actions as dashboard_actions
+from service.dashboard.session import SESSION_COOKIE, SESSION_MAX_AGE_S, session_secret
 from service.db import make_engine
 from service.deps import SessionDep
 from service.headers import SecurityHeaders
@@ -70,6 +74,20 @@ def create_app(
     )
     app.state.metrics_registry = registry
     app.add_middleware(ops.WebhookTimer, histogram=webhook_latency)
+    # The dashboard's sign-in (service.dashboard.session): a signed cookie for /ui only. Without a key (no
+    # SPECWATCH_SESSION_SECRET outside dev/test) sign-in is refused, and a throwaway key still lets pages read
+    # their (empty) session.
+    secret = session_secret(settings)
+    app.state.sign_in_enabled = secret is not None
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=secret or secrets.token_urlsafe(32),
+        session_cookie=SESSION_COOKIE,
+        max_age=SESSION_MAX_AGE_S,
+        path=dashboard.DASHBOARD_PATH,
+        same_site="strict",
+        https_only=settings.dashboard_url.startswith("https://"),
+    )
     app.add_middleware(SecurityHeaders)
     install_access_log_redaction()
 
@@ -104,4 +122,5 @@ def create_app(
     app.include_router(api_query.alerts_router)
     app.include_router(ops.router)
     app.include_router(dashboard.router)
+    app.include_router(dashboard_actions.router)
     return app

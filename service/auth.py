@@ -49,7 +49,11 @@ def token_scope(settings: Settings, token: str | None) -> Scope | None:
     """The scope ``token`` grants, or ``None`` for a missing or unknown token."""
     if not token:
         return None
-    digest = hash_token(token)
+    return digest_scope(settings, hash_token(token))
+
+
+def digest_scope(settings: Settings, digest: str) -> Scope | None:
+    """The scope of the token whose SHA-256 hex digest is ``digest`` (what a dashboard session holds)."""
     if _matches(digest, settings.api_token_hashes):
         return Scope.write
     if _matches(digest, settings.api_read_token_hashes):
@@ -61,7 +65,11 @@ def _unauthorized(message: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_read(settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+#: The request's ``Authorization: Bearer`` credentials, if any.
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def require_read(settings: SettingsDep, credentials: BearerCredentials) -> None:
     """Reads: open unless ``api_auth_reads``; then any valid token (read or write)."""
     if not settings.api_auth_reads:
         return
@@ -71,7 +79,7 @@ def require_read(settings: SettingsDep, credentials: Annotated[HTTPAuthorization
         raise _unauthorized("invalid token")
 
 
-def require_write(settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+def require_write(settings: SettingsDep, credentials: BearerCredentials) -> None:
     """Writes: always a write token (401 without a valid token, 403 with a read-only one)."""
     if credentials is None:
         raise _unauthorized("a bearer token is required")

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     api_read_token_hashes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Whether reads (GET of the API and the dashboard) need a token too; off by default.
     api_auth_reads: bool = False
+    # Signs the dashboard's session cookies (signing in with an API token to acknowledge and resolve alerts):
+    # a long random string, e.g. `python -c "import secrets; print(secrets.token_urlsafe(32))"`. Unset in
+    # dev/test: a random key per process; unset elsewhere: the dashboard's sign-in is off (pages stay readable).
+    session_secret: SecretStr = SecretStr("")
     # Which repositories targets may name, and what the worker's git may fetch (service.targets.RepoPolicy).
     # Protocols (comma-separated) among https, ssh, http, git; credentials never go in a URL (configure a git
     # credential helper for the worker instead).

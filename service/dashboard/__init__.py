@@ -1,10 +1,11 @@
 """The dashboard: server-rendered pages (Jinja2 templates shipped in this package, charts as inline SVG).
 
 Pages: targets overview (``/ui``), a branch's timeline (commits × verdict, the first failing commit of each
-failure streak marked), a case over commits (e-value on a log scale against the threshold, TV estimate with
-its interval, acceptance observed vs expected), a run, and the alerts (read-only: acknowledging and resolving
-need a write token, so they go through the API or ``specwatch alerts ack|resolve``). They read through :mod:`service.queries`, like the
-API and the CLI, and follow the API's read auth.
+failure streak marked), a case over commits (log e-value relative to the rejection threshold, clipped, TV estimate with
+its interval, acceptance observed vs expected), a run, the alerts and one alert. They read through
+:mod:`service.queries`, like the API and the CLI, and follow the API's read auth (a signed-in session counts).
+Signing in with an API token and the forms that acknowledge and resolve alerts are in
+:mod:`service.dashboard.actions`.
 """
 
 from __future__ import annotations
@@ -14,21 +15,23 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from service.auth import ReadAuth
-from service.dashboard.charts import Chart, Series, render
-from service.deps import DbId, SessionDep
+from service.dashboard.charts import Axis, Chart, Rule, Series, percent, render
+from service.dashboard.session import DashboardRead, viewer
+from service.deps import DbId, SessionDep, app_settings
 from service.models import AlertState
 from service.queries import (
     CaseHistory,
+    HistoryPoint,
     NotFoundError,
     QueryError,
     case_history,
     case_ids,
     commits_page,
+    get_alert,
     list_alerts,
     run_detail,
     targets_overview,
@@ -36,15 +39,17 @@ from service.queries import (
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TEMPLATES.env.filters["log"] = math.log
-# The pages' one stylesheet, served from /ui/style.css (the CSP allows no inline style: service.headers).
-STYLESHEET = (Path(__file__).parent / "style.css").read_bytes()
-LN10 = math.log(10)
 
-router = APIRouter(prefix="/ui", tags=["dashboard"], dependencies=[ReadAuth], include_in_schema=False)
+DASHBOARD_PATH = "/ui"
+
+router = APIRouter(prefix=DASHBOARD_PATH, tags=["dashboard"], dependencies=[DashboardRead], include_in_schema=False)
 
 
-def _page(request: Request, template: str, **context: object) -> HTMLResponse:
-    return TEMPLATES.TemplateResponse(request, template, context)
+def render_page(request: Request, template: str, status_code: int = status.HTTP_200_OK, **context: object) -> HTMLResponse:
+    """A page; every template gets ``viewer`` (signed in? may write? the CSRF token for forms)."""
+    context["viewer"] = viewer(request, app_settings(request))
+    context["path"] = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return TEMPLATES.TemplateResponse(request, template, context, status_code=status_code)
 
 
 def _not_found(exc: Exception) -> HTTPException:
@@ -54,17 +59,12 @@ def _not_found(exc: Exception) -> HTTPException:
 
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, session: SessionDep) -> HTMLResponse:
-    return _page(request, "overview.html", targets=targets_overview(session))
+    return render_page(request, "overview.html", targets=targets_overview(session))
 
 
 @router.get("/", include_in_schema=False)
 def overview_slash() -> RedirectResponse:
     return RedirectResponse("/ui")
-
-
-@router.get("/style.css")
-def stylesheet() -> Response:
-    return Response(STYLESHEET, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
 
 
 @router.get("/targets/{name}", response_class=HTMLResponse)
@@ -83,11 +83,29 @@ def timeline(
     except (NotFoundError, QueryError) as exc:
         raise _not_found(exc) from None
     alerts = list_alerts(session, target=name, branch=page.branch, limit=20)
-    return _page(request, "timeline.html", page=page, cases=cases, alerts=[a for a in alerts if a.state is not AlertState.resolved])
+    return render_page(request, "timeline.html", page=page, cases=cases, alerts=[a for a in alerts if a.state is not AlertState.resolved])
 
 
-def _log10(value: float | None) -> float | None:
-    return None if value is None else value / LN10
+#: The e-value chart plots log E / log threshold (1 = the threshold) and clips at these: a rejection far
+#: past the threshold cannot squash the passing commits and the threshold line.
+EVIDENCE_CLIP = (-1.0, 3.0)
+
+
+def _relative_log_e(point: HistoryPoint) -> float | None:
+    """log E / log threshold; +inf for a certain violation (no e-value: an impossible observation)."""
+    if point.threshold is None or point.threshold <= 1:
+        return None
+    if point.log_e_value is None:
+        return math.inf if point.verdict.value == "fail" else None
+    return point.log_e_value / math.log(point.threshold)
+
+
+def _evidence_tip(point: HistoryPoint) -> str:
+    if point.threshold is None:
+        return f"{point.sha[:8]}: no e-value"
+    if point.log_e_value is None:
+        return f"{point.sha[:8]}: certain violation (an observation the exact law rules out)"
+    return f"{point.sha[:8]}: log E = {point.log_e_value:.4g}, log threshold = {math.log(point.threshold):.4g}"
 
 
 def case_charts(history: CaseHistory) -> list[Markup]:
@@ -96,19 +114,20 @@ def case_charts(history: CaseHistory) -> list[Markup]:
     labels = [p.sha[:8] for p in points]
     fails = [i for i, p in enumerate(points) if p.verdict.value == "fail"]
     evidence = Chart(
-        title="e-value (log scale) against the rejection threshold",
+        title="evidence against losslessness: log e-value relative to the rejection threshold",
         labels=labels,
         series=[
-            Series("log10 E", [_log10(p.log_e_value) for p in points], "#1f5fbf"),
-            Series("threshold", [None if p.threshold is None else math.log10(p.threshold) for p in points], "#d33", dashed=True),
+            Series("log E / log threshold", [_relative_log_e(p) for p in points], "#1f5fbf", tooltips=[_evidence_tip(p) for p in points])
         ],
+        axis=Axis("log E ÷ log threshold", include=(0.0, 1.25), clip=EVIDENCE_CLIP, tick_format=lambda v: f"{v:g}"),
         marks=fails,
-        log_ticks=True,
+        rules=[Rule(1.0, "rejection threshold")],
     )
     tv = Chart(
         title="TV distance estimate with its interval (descriptive: computed at a data-dependent stop)",
         labels=labels,
         series=[Series("TV estimate", [p.tv_estimate for p in points], "#1f5fbf")],
+        axis=Axis("TV distance (0 = exact)", include=(0.0,)),
         band=([p.tv_low for p in points], [p.tv_high for p in points]),
         marks=fails,
     )
@@ -119,6 +138,7 @@ def case_charts(history: CaseHistory) -> list[Markup]:
             Series("observed", [p.acceptance_observed for p in points], "#1f5fbf"),
             Series("expected", [p.acceptance_expected for p in points], "#888", dashed=True),
         ],
+        axis=Axis("drafts accepted (%)", include=(0.0, 1.0), tick_format=percent),
         marks=fails,
     )
     # render() escapes every text it writes: the SVG is safe to insert as markup.
@@ -139,7 +159,7 @@ def case_page(
         history = case_history(session, name, case_id, branch=branch, limit=limit)
     except (NotFoundError, QueryError) as exc:
         raise _not_found(exc) from None
-    return _page(request, "case.html", history=history, charts=case_charts(history))
+    return render_page(request, "case.html", history=history, charts=case_charts(history))
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -148,7 +168,7 @@ def run_page(request: Request, run_id: DbId, session: SessionDep) -> HTMLRespons
         run = run_detail(session, run_id)
     except NotFoundError as exc:
         raise _not_found(exc) from None
-    return _page(request, "run.html", run=run)
+    return render_page(request, "run.html", run=run)
 
 
 @router.get("/alerts", response_class=HTMLResponse)
@@ -157,4 +177,13 @@ def alerts_page(request: Request, session: SessionDep, *, state: AlertState | No
         alerts = list_alerts(session, target=target, state=state, limit=200)
     except (NotFoundError, QueryError) as exc:
         raise _not_found(exc) from None
-    return _page(request, "alerts.html", alerts=alerts, state=state, states=list(AlertState))
+    return render_page(request, "alerts.html", alerts=alerts, state=state, states=list(AlertState))
+
+
+@router.get("/alerts/{alert_id}", response_class=HTMLResponse)
+def alert_page(request: Request, alert_id: DbId, session: SessionDep) -> HTMLResponse:
+    try:
+        alert = get_alert(session, alert_id)
+    except NotFoundError as exc:
+        raise _not_found(exc) from None
+    return render_page(request, "alert.html", alert=alert)

@@ -1,8 +1,11 @@
 """Charts over commits, rendered on the server as inline SVG (no JavaScript, works offline).
 
 A chart is a few series of values over the same commits (x: the commit's position in the series), an
-optional shaded band (an interval: the TV estimate's), and optional marks (failing commits). Missing values
-(``None``) break a line. Text is escaped; the output is a complete ``<svg>`` element.
+optional shaded band (an interval: the TV estimate's), optional marks (failing commits) and horizontal rules
+(a threshold). Its y axis (:class:`Axis`) has a label with the unit, starts where a reader expects (values it
+must include, such as 0) and may clip: a value beyond the clip range is drawn at the edge as a triangle
+("far beyond"), so one huge value cannot squash the others. Missing values (``None``) break a line; every
+point carries its own tooltip. Text is escaped; the output is a complete ``<svg>`` element.
 """
 
 from __future__ import annotations
@@ -12,8 +15,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-WIDTH, HEIGHT = 760, 220
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 36
+WIDTH, HEIGHT = 760, 240
+LEFT, RIGHT, TOP, BOTTOM = 72, 16, 28, 52
+
+
+def plain(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The y axis: its label (with the unit), values it always shows, an optional clip range, tick labels."""
+
+    label: str
+    # The axis spans these values whatever the data (0 for a distance, 0 and 1 for a rate); an end set by
+    # one of them is not padded, so a TV axis starts at exactly 0.
+    include: Sequence[float] = ()
+    # Values outside (low, high) are drawn at the nearer edge as "far beyond" triangles.
+    clip: tuple[float, float] | None = None
+    tick_format: Callable[[float], str] = plain
 
 
 @dataclass(frozen=True)
@@ -22,6 +46,17 @@ class Series:
     values: Sequence[float | None]
     color: str
     dashed: bool = False
+    # One tooltip per point (the exact value, unclipped); default: the value as the axis writes it.
+    tooltips: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A horizontal line across the plot (a threshold), labelled at its right end."""
+
+    value: float
+    label: str
+    color: str = "#d33"
 
 
 @dataclass(frozen=True)
@@ -29,65 +64,62 @@ class Chart:
     title: str
     labels: Sequence[str]  # one per x (short shas)
     series: Sequence[Series]
+    axis: Axis = Axis("")
     band: tuple[Sequence[float | None], Sequence[float | None]] | None = None
     marks: Sequence[int] = field(default_factory=tuple)  # x positions to mark (failing commits)
-    # Ticks labelled 10^k: the values are log10 of the quantity.
-    log_ticks: bool = False
+    rules: Sequence[Rule] = ()
 
 
-def _finite(values: Sequence[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
+def _clipped(value: float | None, clip: tuple[float, float] | None) -> float | None:
+    """``value`` inside the clip range (None: missing or NaN)."""
+    if value is None or math.isnan(value):
+        return None
+    if clip is not None:
+        return min(max(value, clip[0]), clip[1])
+    return value if math.isfinite(value) else None
 
 
-def _ticks(low: float, high: float, log_ticks: bool) -> list[float]:
-    if log_ticks:
-        first, last = math.floor(low), math.ceil(high)
-        step = max(1, math.ceil((last - first) / 5))
-        return [float(k) for k in range(first, last + 1, step)]
-    span = high - low
-    raw = span / 4
+def _beyond(value: float | None, clip: tuple[float, float] | None) -> bool:
+    return clip is not None and value is not None and not math.isnan(value) and not clip[0] <= value <= clip[1]
+
+
+def _ticks(low: float, high: float) -> list[float]:
+    raw = (high - low) / 4
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    start = math.floor(low / step) * step
-    return [start + i * step for i in range(int((high - start) / step) + 2) if start + i * step <= high + 1e-12]
+    start = math.ceil(low / step - 1e-9) * step
+    return [start + i * step for i in range(int((high - start) / step + 1e-9) + 1)]
 
 
-def _tick_label(value: float, log_ticks: bool) -> str:
-    if log_ticks:
-        return f"1e{int(value)}"
-    return f"{value:.3g}"
+def _extent(chart: Chart, values: list[float]) -> tuple[float, float]:
+    """The y range: the data and the axis's included values, padded at ends the data set."""
+    spanned = values + list(chart.axis.include) + [r.value for r in chart.rules]
+    low, high = min(spanned), max(spanned)
+    if high - low < 1e-12:
+        low, high = low - 0.5, high + 0.5
+    pad = (high - low) * 0.06
+    fixed = set(chart.axis.include)
+    return (low if low in fixed else low - pad), (high if high in fixed else high + pad)
 
 
-def _grid(chart: Chart, low: float, high: float, y: Callable[[float], float]) -> list[str]:
-    parts = []
-    right = WIDTH - RIGHT
-    for tick in _ticks(low, high, chart.log_ticks):
-        if low <= tick <= high:
-            ty = y(tick)
-            label = _tick_label(tick, chart.log_ticks)
-            parts.append(f'<line x1="{LEFT}" y1="{ty:.1f}" x2="{right}" y2="{ty:.1f}" stroke="#eee"/>')
-            parts.append(f'<text x="{LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end" class="tick">{label}</text>')
-    return parts
+def _empty(title: str) -> str:
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="60" role="img">'
+    return f'{svg}{title}<text x="{LEFT}" y="44">no data</text></svg>'
 
 
 def render(chart: Chart) -> str:
     """The chart as an ``<svg>`` element; an empty chart says so instead of drawing axes."""
     n = len(chart.labels)
-    values = [v for s in chart.series for v in _finite(s.values)]
+    clip = chart.axis.clip
+    values = [v for s in chart.series for v in (_clipped(x, clip) for x in s.values) if v is not None]
     if chart.band is not None:
-        values += _finite(chart.band[0]) + _finite(chart.band[1])
+        values += [v for side in chart.band for v in (_clipped(x, clip) for x in side) if v is not None]
     title = f'<text x="{LEFT}" y="18" class="chart-title">{escape(chart.title)}</text>'
     if n == 0 or not values:
-        return (
-            f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="60" role="img">'
-            f'{title}<text x="{LEFT}" y="44">no data</text></svg>'
-        )
-    low, high = min(values), max(values)
-    if high - low < 1e-12:
-        low, high = low - 0.5, high + 0.5
-    pad = (high - low) * 0.05
-    low, high = low - pad, high + pad
+        return _empty(title)
+    low, high = _extent(chart, values)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    right, bottom = WIDTH - RIGHT, TOP + plot_h
 
     def x(i: int) -> float:
         return LEFT + (plot_w * (i + 0.5) / n)
@@ -100,42 +132,94 @@ def render(chart: Chart) -> str:
         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(chart.title)}">',
         title,
         f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#ccc"/>',
+        f'<text class="axis-label" x="14" y="{TOP + plot_h / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {TOP + plot_h / 2:.1f})">{escape(chart.axis.label)}</text>',
+        f'<text class="axis-label" x="{LEFT + plot_w / 2:.1f}" y="{bottom + 30}" text-anchor="middle">commit (oldest → newest)</text>',
     ]
-    parts += _grid(chart, low, high, y)
+    for tick in _ticks(low, high):
+        ty = y(tick)
+        parts.append(f'<line x1="{LEFT}" y1="{ty:.1f}" x2="{right}" y2="{ty:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end" class="tick">{escape(chart.axis.tick_format(tick))}</text>')
     parts.extend(
-        f'<line class="fail-mark" x1="{x(i):.1f}" y1="{TOP}" x2="{x(i):.1f}" y2="{TOP + plot_h}" stroke="#d33" opacity="0.5"/>'
+        f'<line class="fail-mark" x1="{x(i):.1f}" y1="{TOP}" x2="{x(i):.1f}" y2="{bottom}" stroke="#d33" opacity="0.5"/>'
         for i in chart.marks
     )
-    if chart.band is not None:
-        lows, highs = chart.band
-        pts = [(i, lo, hi) for i, (lo, hi) in enumerate(zip(lows, highs, strict=True)) if lo is not None and hi is not None]
-        if pts:
-            upper = " ".join(f"{x(i):.1f},{y(hi):.1f}" for i, _, hi in pts)
-            lower = " ".join(f"{x(i):.1f},{y(lo):.1f}" for i, lo, _ in reversed(pts))
-            parts.append(f'<polygon class="band" points="{upper} {lower}" fill="#4a7bd0" opacity="0.18"/>')
-    for number, series in enumerate(chart.series):
-        segments: list[list[str]] = [[]]
-        for i, v in enumerate(series.values):
-            if v is None or not math.isfinite(v):
-                segments.append([])
-            else:
-                segments[-1].append(f"{x(i):.1f},{y(v):.1f}")
-        d = " ".join("M" + " L".join(seg) for seg in segments if seg)
-        dash = ' stroke-dasharray="5,4"' if series.dashed else ""
-        parts.append(f'<path class="series" d="{d}" fill="none" stroke="{series.color}" stroke-width="1.8"{dash}/>')
-        if n <= 200:
-            parts.extend(
-                f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{series.color}"/>'
-                for i, v in enumerate(series.values)
-                if v is not None and math.isfinite(v)
-            )
+    for rule in chart.rules:
+        ry = y(rule.value)
         parts.append(
-            f'<text x="{LEFT + 8 + 150 * number}" y="{HEIGHT - 8}" class="legend" fill="{series.color}">{escape(series.name)}</text>'
+            f'<line class="rule" x1="{LEFT}" y1="{ry:.1f}" x2="{right}" y2="{ry:.1f}" stroke="{rule.color}" stroke-dasharray="5,4"/>'
         )
+        parts.append(
+            f'<text x="{right - 4}" y="{ry - 4:.1f}" text-anchor="end" class="tick" fill="{rule.color}">{escape(rule.label)}</text>'
+        )
+    if chart.band is not None:
+        parts += _band(chart.band, clip, x, y)
+    beyond = False
+    for number, series in enumerate(chart.series):
+        parts += _series(series, clip, x, y, chart.axis.tick_format, dots=n <= 200)
+        beyond |= any(_beyond(v, clip) for v in series.values)
+        parts.append(
+            f'<text x="{LEFT + 8 + 150 * number}" y="{HEIGHT - 6}" class="legend" fill="{series.color}">{escape(series.name)}</text>'
+        )
+    if beyond and clip is not None:
+        note = f"▲ ▼ beyond the axis (past {chart.axis.tick_format(clip[1])}): value in the tooltip"
+        parts.append(f'<text x="{right}" y="{HEIGHT - 6}" text-anchor="end" class="legend">{escape(note)}</text>')
     step = max(1, math.ceil(n / 8))
     parts.extend(
-        f'<text x="{x(i):.1f}" y="{TOP + plot_h + 14}" text-anchor="middle" class="tick">{escape(chart.labels[i])}</text>'
+        f'<text x="{x(i):.1f}" y="{bottom + 14}" text-anchor="middle" class="tick">{escape(chart.labels[i])}</text>'
         for i in range(0, n, step)
     )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _band(
+    band: tuple[Sequence[float | None], Sequence[float | None]],
+    clip: tuple[float, float] | None,
+    x: Callable[[int], float],
+    y: Callable[[float], float],
+) -> list[str]:
+    pts = [
+        (i, lo, hi)
+        for i, (a, b) in enumerate(zip(*band, strict=True))
+        if (lo := _clipped(a, clip)) is not None and (hi := _clipped(b, clip)) is not None
+    ]
+    if not pts:
+        return []
+    upper = " ".join(f"{x(i):.1f},{y(hi):.1f}" for i, _, hi in pts)
+    lower = " ".join(f"{x(i):.1f},{y(lo):.1f}" for i, lo, _ in reversed(pts))
+    return [f'<polygon class="band" points="{upper} {lower}" fill="#4a7bd0" opacity="0.18"/>']
+
+
+def _series(
+    series: Series,
+    clip: tuple[float, float] | None,
+    x: Callable[[int], float],
+    y: Callable[[float], float],
+    tick_format: Callable[[float], str],
+    *,
+    dots: bool,
+) -> list[str]:
+    """A series' line (broken at missing values), its dots, and a triangle at each value beyond the clip."""
+    segments: list[list[str]] = [[]]
+    points: list[str] = []
+    for i, raw in enumerate(series.values):
+        v = _clipped(raw, clip)
+        if v is None:
+            segments.append([])
+            continue
+        segments[-1].append(f"{x(i):.1f},{y(v):.1f}")
+        assert raw is not None  # _clipped keeps no missing value
+        tip = escape(series.tooltips[i] if series.tooltips is not None else f"{series.name}: {tick_format(raw)}")
+        if _beyond(raw, clip):
+            cx, cy, tip_dy = x(i), y(v), (-7 if raw > v else 7)
+            points.append(
+                f'<polygon class="beyond" points="{cx - 5:.1f},{cy:.1f} {cx + 5:.1f},{cy:.1f} {cx:.1f},{cy + tip_dy:.1f}" '
+                f'fill="{series.color}"><title>{tip}</title></polygon>'
+                f'<text class="tick" x="{cx + 8:.1f}" y="{cy + 4:.1f}">far beyond</text>'
+            )
+        elif dots:
+            points.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{series.color}"><title>{tip}</title></circle>')
+    d = " ".join("M" + " L".join(seg) for seg in segments if seg)
+    dash = ' stroke-dasharray="5,4"' if series.dashed else ""
+    return [f'<path class="series" d="{d}" fill="none" stroke="{series.color}" stroke-width="1.8"{dash}/>', *points]

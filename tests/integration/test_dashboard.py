@@ -65,8 +65,9 @@ def test_case_page_draws_three_non_empty_charts(client: TestClient, seeded: Seed
     page = client.get(f"/ui/targets/{TARGET}/cases/{FAILING_CASE}")
     assert page.status_code == 200
     assert page.text.count("<svg") == 3
-    # e-value and threshold, TV, acceptance observed and expected: one point per commit with results (6).
-    assert series_points(page.text) == [6, 6, 6, 6, 6]
+    # log E relative to the threshold, TV, acceptance observed and expected: one point per commit with results (6).
+    assert series_points(page.text) == [6, 6, 6, 6]
+    assert page.text.count('<line class="rule"') == 1  # the threshold
     assert page.text.count('class="fail-mark"') == 3 * 2
     assert 'class="band"' in page.text
 

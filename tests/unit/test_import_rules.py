@@ -1,5 +1,6 @@
 """Import rules (docs/architecture.md §3, "Import rules"): the suite uses torch, numpy and scipy only; the control plane never
-imports workers or torch. import-linter checks package edges in `make lint`; this checks external ones."""
+imports workers or torch; the public face (specwatch) imports the suite and pytest only. import-linter checks package edges
+in `make lint`; this checks external ones."""
 
 from __future__ import annotations
 
@@ -41,4 +42,15 @@ def test_the_suite_imports_only_torch_numpy_scipy_and_itself():
 def test_the_control_plane_never_imports_workers_or_torch():
     imports = _imports(ROOT / "service")
     bad = {name: files for name, files in imports.items() if name == "torch" or name == "workers" or name.startswith("workers.")}
+    assert not bad
+
+
+def test_the_public_face_imports_only_the_suite_and_pytest():
+    """`specwatch` wraps the suite for a library's own tests: the suite, torch (through it) and pytest (the plugin)."""
+    allowed = set(sys.stdlib_module_names) | {"torch", "pytest"}
+    bad = {
+        name: files
+        for name, files in _imports(ROOT / "specwatch").items()
+        if name not in allowed and not name.startswith("workers.suite") and name != "specwatch"
+    }
     assert not bad

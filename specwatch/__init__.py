@@ -1,0 +1,66 @@
+"""specwatch's public face: test a speculative sampler's losslessness from a library's own test suite.
+
+::
+
+    from specwatch import assert_lossless
+
+    def test_speculative_sampling_is_lossless():
+        assert_lossless(my_sampler, cases=["direct/*"], budget_s=300)
+
+:func:`assert_lossless` runs the exact-law checks of ``specwatch check`` (the built-in case catalogue, the
+anytime-valid e-processes, the family-wise false-alarm rate ``alpha``) against ``my_sampler`` in the test's
+own process and raises :class:`LosslessnessError` (an ``AssertionError``) naming each failing case, its
+check and its TV estimate. A sampler takes a :class:`SpecStep`, a number of trials and a
+``torch.Generator`` and returns a :class:`SpecOutput` (README, "Testing your own sampler"). Installed with the
+``suite`` extra (torch, numpy, scipy), the pytest plugin (:mod:`specwatch.pytest_plugin`) also offers an
+``assert_lossless`` fixture and ``--specwatch-seed`` / ``--specwatch-quick`` options.
+
+The names below load on first use: importing :mod:`specwatch` (as pytest does for its plugin) costs
+nothing until a check runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specwatch.lossless import LosslessnessError, assert_lossless, check_lossless
+    from workers.suite.cases import CASES
+    from workers.suite.results import CaseResult, RunResult
+    from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
+
+__all__ = [
+    "CASES",
+    "CaseResult",
+    "LosslessnessError",
+    "Processing",
+    "RunResult",
+    "Sampler",
+    "SpecOutput",
+    "SpecStep",
+    "assert_lossless",
+    "check_lossless",
+    "reference_sampler",
+]
+
+_HOMES = {
+    "LosslessnessError": "specwatch.lossless",
+    "assert_lossless": "specwatch.lossless",
+    "check_lossless": "specwatch.lossless",
+    "CASES": "workers.suite.cases",
+    "CaseResult": "workers.suite.results",
+    "RunResult": "workers.suite.results",
+    "Processing": "workers.suite.sampling",
+    "Sampler": "workers.suite.sampling",
+    "SpecOutput": "workers.suite.sampling",
+    "SpecStep": "workers.suite.sampling",
+    "reference_sampler": "workers.suite.sampling",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'specwatch' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

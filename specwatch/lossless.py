@@ -1,0 +1,143 @@
+"""``assert_lossless``: the suite's exact-law check of one sampler, as a test assertion.
+
+It is what ``specwatch check --target module:function`` runs, in the caller's process: the cases are the
+built-in catalogue's (``workers.suite.cases``), each check's e-process is compared with m / alpha after every
+batch (Ville's inequality: the run's family-wise false-alarm rate is at most ``alpha`` whatever the number of
+trials), and a case stops at a rejection or at the trials that give every check power 1 - beta at its TV
+distance. See docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from workers.suite.cases import CASES, select
+from workers.suite.results import CaseResult, Failure, RunResult, Verdict
+from workers.suite.runner import SuiteConfig, run_suite
+from workers.suite.sampling import Sampler
+
+#: Every case of the built-in catalogue: direct chain steps and deterministic edge checks.
+ALL_CASES = ("direct/*", "edge/*")
+
+
+class LosslessnessError(AssertionError):
+    """The sampler failed the suite: its message names every failing case, the check and the TV estimate.
+
+    ``result`` is the whole run (every case's e-values, TV intervals and acceptance).
+    """
+
+    def __init__(self, message: str, result: RunResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _name(sampler: Sampler) -> str:
+    return str(getattr(sampler, "__qualname__", None) or getattr(sampler, "__name__", None) or type(sampler).__name__)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+#: The check a certain violation names in its reason ("certain lossless violation: lossless/pos3: ...").
+_CERTAIN_CHECK = re.compile(r"^certain \w+ violation: (\S+):")
+
+
+def describe_failure(case: CaseResult) -> str:
+    """One failing or errored case in two lines: case, check, layer, trials and TV estimate; then its reason."""
+    reason = case.reason.splitlines()[0] if case.reason else ""
+    if case.verdict is Verdict.ERROR:
+        return f"{case.case_id}: error (the case could not run): {reason}"
+    found = _CERTAIN_CHECK.match(reason)
+    check = case.headline or (found.group(1) if found else "-")
+    if case.failure is Failure.RAISED:
+        evidence = "the sampler raised on a valid input"
+    elif case.failure is not None and case.failure.value in case.certain:
+        evidence = "an observation the exact law rules out (certain)"
+    else:
+        log_e = "-" if case.log_e_value is None else f"{case.log_e_value:.1f}"
+        evidence = f"log E = {log_e} >= log threshold {math.log(case.threshold):.1f}"
+    if case.tv_estimate is None:
+        tv = "no TV estimate (a deterministic check)"
+    else:
+        interval = f" [{_fmt(case.tv_ci[0])}, {_fmt(case.tv_ci[1])}]" if case.tv_ci is not None else ""
+        tv = f"TV estimate {_fmt(case.tv_estimate)}{interval}"
+    layer = case.failure.value if case.failure is not None else "?"
+    return f"{case.case_id}: check {check} ({layer}) failed after {case.n_trials} trials: {evidence}; {tv}\n      {reason}"
+
+
+def check_lossless(
+    sampler: Sampler,
+    *,
+    cases: Sequence[str] = ALL_CASES,
+    alpha: float = 1e-4,
+    beta: float = 1e-3,
+    budget_s: float | None = None,
+    quick: bool = False,
+    epsilon: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+) -> RunResult:
+    """Run the suite's ``cases`` (id globs) against ``sampler`` and return the result; raises nothing on a failure.
+
+    ``alpha``: the family-wise false-alarm rate of the call (every check of every case shares it).
+    ``budget_s``: about how long the call may take, shared evenly by the cases; a case stopped by it passes
+    with ``powered`` false (it could not rule out a TV as small as designed). ``quick``: every case at TV 0.1
+    (far fewer trials); ``epsilon``: the TV distance every case is designed to detect instead of its own.
+    ``seed``: every case's seed derives from it, so a failure reproduces exactly.
+    """
+    if not 0 < alpha < 1 or not 0 < beta < 1:
+        raise ValueError("alpha and beta must be in (0, 1)")
+    if budget_s is not None and not budget_s > 0:
+        raise ValueError("budget_s must be > 0")
+    chosen = tuple(c for c in select(list(cases), CASES) if c.quick or not quick)
+    if not chosen:
+        known = ", ".join(sorted({c.id.rsplit("/", 2)[0] + "/*" for c in CASES}))
+        raise ValueError(f"no case matches {list(cases)!r}; case ids look like {known}")
+    config = SuiteConfig(
+        alpha=alpha,
+        beta=beta,
+        epsilon=epsilon,
+        quick=quick,
+        seed=seed,
+        device=device,
+        time_budget_s=None if budget_s is None else budget_s / len(chosen),
+    )
+    return run_suite(chosen, sampler, config, target=f"python:{_name(sampler)}")
+
+
+def assert_lossless(
+    sampler: Sampler,
+    *,
+    cases: Sequence[str] = ALL_CASES,
+    alpha: float = 1e-4,
+    beta: float = 1e-3,
+    budget_s: float | None = None,
+    quick: bool = False,
+    epsilon: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+) -> RunResult:
+    """Assert that ``sampler`` follows the exact speculative-sampling laws on ``cases``; return the run.
+
+    Raises :class:`LosslessnessError` when a case fails (its emitted tokens or its acceptance behaviour
+    refute the exact law at family-wise level ``alpha``, or it raised on a valid input) or errors. Under H0
+    (the sampler is exact) it raises with probability at most ``alpha`` (Ville 1939, Bonferroni over checks).
+    The arguments are :func:`check_lossless`'s.
+    """
+    __tracebackhide__ = True  # pytest shows the assertion, not this frame
+    result = check_lossless(
+        sampler, cases=cases, alpha=alpha, beta=beta, budget_s=budget_s, quick=quick, epsilon=epsilon, seed=seed, device=device
+    )
+    bad = [c for c in result.results if c.verdict in (Verdict.FAIL, Verdict.ERROR)]
+    if not bad:
+        return result
+    lines = [
+        f"{_name(sampler)} is not lossless: {len(bad)} of {len(result.results)} case(s) failed "
+        f"(alpha = {alpha:g}, seed = {seed}, specwatch suite {result.suite_version})",
+        *(f"  {describe_failure(c)}" for c in bad),
+        f"  reproduce: assert_lossless({_name(sampler)}, cases={[c.case_id for c in bad]!r}, seed={seed}{', quick=True' if quick else ''})",
+    ]
+    raise LosslessnessError("\n".join(lines), result)
