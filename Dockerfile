@@ -46,6 +46,7 @@ RUN pip install --requirement /tmp/requirements.txt
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY workers ./workers
+COPY specwatch ./specwatch
 # Without the `suite` extra: no torch, numpy or scipy in the control plane.
 RUN pip install --no-deps . \
     && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
@@ -82,6 +83,7 @@ RUN pip install --requirement /tmp/requirements.txt
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY workers ./workers
+COPY specwatch ./specwatch
 RUN pip install --no-deps . \
     && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
