@@ -146,6 +146,15 @@ def alert_state(database_url: str, alert_id: int) -> AlertState:
         engine.dispose()
 
 
+def _click_and_wait(browser: Any, element: Any) -> None:
+    """Click a form's button and wait until its page is replaced (a click does not wait for the navigation)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    element.click()
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(element))
+
+
 def test_sign_in_and_acknowledge_an_alert_in_a_browser(served: str, seeded_url: tuple[str, Seeded], browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -154,7 +163,7 @@ def test_sign_in_and_acknowledge_an_alert_in_a_browser(served: str, seeded_url: 
     assert not browser.find_elements(By.CSS_SELECTOR, "button.acknowledge")
     browser.find_element(By.ID, "sign-in").click()
     browser.find_element(By.ID, "token").send_keys(WRITE_TOKEN)
-    browser.find_element(By.ID, "submit").click()
+    _click_and_wait(browser, browser.find_element(By.ID, "submit"))
     # Back on the alerts page, signed in: the session cookie is HttpOnly (no script can read it).
     assert browser.current_url == f"{served}/ui/alerts"
     cookie = browser.get_cookie("specwatch_session")
@@ -162,11 +171,11 @@ def test_sign_in_and_acknowledge_an_alert_in_a_browser(served: str, seeded_url: 
     assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, "Strict", "/ui")
     assert "specwatch_session" not in browser.execute_script("return document.cookie")
     row = browser.find_element(By.ID, f"alert-{seeded.open_alert}")
-    row.find_element(By.CSS_SELECTOR, "button.acknowledge").click()
+    _click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button.acknowledge"))
     row = browser.find_element(By.ID, f"alert-{seeded.open_alert}")
     assert row.find_element(By.CSS_SELECTOR, "td.state").text == "acknowledged"
     assert alert_state(database_url, seeded.open_alert) is AlertState.acknowledged
-    browser.find_element(By.ID, "sign-out").click()
+    _click_and_wait(browser, browser.find_element(By.ID, "sign-out"))
     assert browser.get_cookie("specwatch_session") is None
     browser.get(f"{served}/ui/alerts")
     assert browser.find_elements(By.ID, "sign-in")
