@@ -231,7 +231,7 @@ def _suite_command(
 
 
 def sandbox_of(settings: WorkerSettings) -> Sandbox:
-    """The worker's :class:`~workers.sandbox.Sandbox` (probed once per process)."""
+    """The worker's :class:`~workers.isolation.Sandbox` (probed once per process)."""
     return resolve_sandbox(
         settings.sandbox, settings.suite_python, settings.sandbox_uid, settings.sandbox_gid, tuple(settings.sandbox_gpu_devices)
     )
