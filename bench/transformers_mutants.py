@@ -1,6 +1,6 @@
 """Trials to detect each library-level transformers mutant: the earlier e2e design against the new one.
 
-For every mutant in ``workers.suite.targets.transformers_mutants`` and seed, in a fresh process (the patch
+For every mutant in ``workers.suite.targets.transformers.mutants`` and seed, in a fresh process (the patch
 is process-wide) with the mutant planted in the installed transformers:
 
 * old: ``generate(max_new_tokens=2)`` with the library's drafting defaults, the joint law of the first two
@@ -53,15 +53,16 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     from workers.suite.runner import SuiteConfig, run_case
     from workers.suite.sampling import Processing
     from workers.suite.targets import resolve
-    from workers.suite.targets.transformers import _PROCESSING_ON, E2E_COVERAGE, GenerateExperiment
-    from workers.suite.targets.transformers_mutants import LIBRARY_MUTANTS
+    from workers.suite.targets.transformers.adapter import PROCESSING_ON
+    from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
+    from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
 
     torch.set_num_threads(1)
     target = resolve(f"transformers+mutant:{mutant}")
     case_id = LIBRARY_MUTANTS[mutant].cases[-1]
     case = next(c for c in target.cases if c.id == case_id)
     module = importlib_transformers()
-    processing = _PROCESSING_ON if case_id.endswith("processed") else Processing()
+    processing = PROCESSING_ON if case_id.endswith("processed") else Processing()
     options: dict[str, Any] = {"assistant_model": True} if "assistant_model" in case_id else {"prompt_lookup_num_tokens": 3}
     device = torch.device("cpu")
     old = _FirstTokensOnly(GenerateExperiment(module, processing, options, device, horizon=2, tuned=False, coverage=E2E_COVERAGE))
@@ -101,7 +102,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args.one[0], int(args.one[1]), args.max_trials)))
         return
-    from workers.suite.targets.transformers_mutants import LIBRARY_MUTANTS
+    from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
 
     names = args.mutants or list(LIBRARY_MUTANTS)
     header = f"{'mutant':32} {'lossless?':9} {'seed':>4}  {'old: verdict trials':>24}  {'new: verdict trials':>24}  new checks rejecting"

@@ -1,6 +1,6 @@
 """Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared.
 
-The API (:mod:`service.api_query`), the CLI (:mod:`service.query_cli`) and the dashboard
+The API (:mod:`service.api_query`), the CLI (:mod:`service.cli`) and the dashboard
 (:mod:`service.dashboard`) answer from these functions only. Each takes a :class:`~sqlalchemy.orm.Session`,
 reads, and returns frozen dataclasses (no ORM objects escape, so nothing lazy-loads after the session ends).
 Unknown names raise :class:`NotFoundError`; bad input (a cursor, an ambiguous sha) :class:`QueryError`.

@@ -1,7 +1,8 @@
-"""What ``specwatch serve``, ``specwatch worker`` and ``specwatch beat`` run (the command line is :mod:`service.cli`).
+"""What ``specwatch serve``, ``specwatch worker`` and ``specwatch beat`` run (their options: :mod:`service.cli.processes`).
 
-The control plane never imports ``workers`` (import-linter), so :mod:`service.cli` parses the options and
-imports this module by name when one of these commands runs. Each function returns an exit status.
+The control plane never imports ``workers`` (import-linter), so :mod:`service.cli.processes` parses the options
+and imports this module by name when one of these commands runs. Each function returns an exit status
+(:mod:`service.cli.exits`).
 
 - ``serve``: the embedded default (:mod:`workers.embedded`): API, worker and beat in one process, SQLite,
   no Redis.
@@ -20,17 +21,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service import db
+from service.cli.exits import OK, USAGE
 from service.settings import Settings, get_settings
 from workers import celery_app, embedded
 from workers.settings import get_worker_settings
 
-EXIT_OK, EXIT_USAGE = 0, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def _error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)  # noqa: T201 -- the command line's own message
-    return EXIT_USAGE
+    return USAGE
 
 
 def _process_settings(database_url: str | None) -> Settings:
@@ -58,7 +59,7 @@ def serve(*, host: str, port: int, database_url: str | None = None) -> int:
         embedded.serve(settings, app=celery_app.app, host=host, port=port)
     except embedded.StartError as exc:
         return _error(str(exc))
-    return EXIT_OK
+    return OK
 
 
 def parse_queues(queues: str, known: Sequence[str]) -> list[str]:
@@ -88,7 +89,7 @@ def beat_argv(*, schedule: Path | None, loglevel: str, extra: Sequence[str]) -> 
 
 def _celery(argv: list[str]) -> int:
     code: object = celery_app.app.start(argv)
-    return code if isinstance(code, int) else EXIT_OK
+    return code if isinstance(code, int) else OK
 
 
 def worker(*, queues: str, concurrency: int, loglevel: str = "INFO", hostname: str | None = None, extra: Sequence[str] = ()) -> int:

@@ -45,18 +45,10 @@ from service.releases import pip_requirement, release_version
 from service.settings import get_settings
 from service.targets import RepoPolicy
 from workers.checkout import CheckoutError, MirrorCache
+from workers.isolation import Sandbox, resolve_sandbox
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
-from workers.sandbox import (
-    SPECWATCH_ROOT,
-    Sandbox,
-    SuiteCommand,
-    SuiteOutcome,
-    probe_device,
-    resolve_sandbox,
-    run_suite_process,
-    source_dir,
-)
+from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -239,7 +231,7 @@ def _suite_command(
 
 
 def sandbox_of(settings: WorkerSettings) -> Sandbox:
-    """The worker's :class:`~workers.sandbox.Sandbox` (probed once per process)."""
+    """The worker's :class:`~workers.isolation.Sandbox` (probed once per process)."""
     return resolve_sandbox(
         settings.sandbox, settings.suite_python, settings.sandbox_uid, settings.sandbox_gid, tuple(settings.sandbox_gpu_devices)
     )

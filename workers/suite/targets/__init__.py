@@ -34,7 +34,7 @@ def _transformers(spec: str) -> Target:
     from workers.suite.targets.transformers import AdapterError, TransformersAdapter  # noqa: PLC0415 - optional library
 
     if spec != "transformers":
-        from workers.suite.targets.transformers_mutants import apply_mutant  # noqa: PLC0415 - optional library
+        from workers.suite.targets.transformers.mutants import apply_mutant  # noqa: PLC0415 - optional library
 
         try:
             apply_mutant(spec.removeprefix("transformers+mutant:"))

@@ -8,7 +8,7 @@ import torch
 from workers.suite.cases import CASES
 from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, run_suite
-from workers.suite.targets.transformers import AdapterError, bind_speculative_sampling, speculative_sampling_sampler
+from workers.suite.targets.transformers.bindings import AdapterError, bind_speculative_sampling, speculative_sampling_sampler
 
 IDS, Q, P = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1, 3, 8)), torch.zeros((1, 4, 8))
 CORE = {"candidate_input_ids": IDS, "candidate_logits": Q, "candidate_length": 3, "new_logits": P}

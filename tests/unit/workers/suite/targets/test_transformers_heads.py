@@ -19,7 +19,8 @@ from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.targets import resolve
 from workers.suite.targets.transformers import TransformersAdapter
-from workers.suite.targets.transformers_heads import HEAD_VOCAB, head_cases, mtp_models
+from workers.suite.targets.transformers.heads import head_cases
+from workers.suite.targets.transformers.models import HEAD_VOCAB, mtp_models
 
 PATHS = ("mtp", "dflash", "gemma4_assistant")
 

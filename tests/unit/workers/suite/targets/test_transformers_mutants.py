@@ -17,8 +17,10 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 
 from workers.suite.sampling import Processing
 from workers.suite.targets import TargetError, resolve
-from workers.suite.targets.transformers import E2E_COVERAGE, DraftObserver, GenerateExperiment, TransformersAdapter
-from workers.suite.targets.transformers_mutants import LIBRARY_MUTANTS
+from workers.suite.targets.transformers import TransformersAdapter
+from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
+from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
+from workers.suite.targets.transformers.observer import DraftObserver
 
 
 def _suite(target: str, case: str, seed: int) -> dict:

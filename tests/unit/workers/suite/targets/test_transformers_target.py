@@ -227,19 +227,21 @@ def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built()
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
     model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
     from workers.suite.sampling import Processing
-    from workers.suite.targets.transformers import _PROCESSING_ON, AdapterError, GenerateExperiment
+    from workers.suite.targets.transformers.adapter import PROCESSING_ON
+    from workers.suite.targets.transformers.bindings import AdapterError
+    from workers.suite.targets.transformers.experiments import GenerateExperiment
 
     adapter = TransformersAdapter.load()
     with pytest.raises(AdapterError, match="top-p removes only"):
         GenerateExperiment(adapter.module, Processing(temperature=0.7, top_k=3, top_p=0.9), {}, torch.device("cpu"))
-    built = GenerateExperiment(adapter.module, _PROCESSING_ON, {}, torch.device("cpu"))
+    built = GenerateExperiment(adapter.module, PROCESSING_ON, {}, torch.device("cpu"))
     assert [c.name for c in built.checks] == ["lossless/first2", "lossless/pit_id", "lossless/pit_prob"]
     assert built.checks[1].designed
     assert not built.checks[0].designed
 
 
 def test_every_speculative_e2e_case_is_designed_for_several_drafts_and_rounds(target):
-    from workers.suite.targets.transformers import E2E_COVERAGE, E2E_DRAFTS, E2E_HORIZON
+    from workers.suite.targets.transformers.experiments import E2E_COVERAGE, E2E_DRAFTS, E2E_HORIZON
 
     assert E2E_HORIZON >= 8
     assert E2E_COVERAGE.min_rounds - 1 + (E2E_COVERAGE.min_rounds - 1) * E2E_DRAFTS < E2E_HORIZON  # >= 3 rounds by construction

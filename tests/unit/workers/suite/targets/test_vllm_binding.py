@@ -18,12 +18,11 @@ from workers.suite.cases import select
 from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.sampling import Processing
-from workers.suite.targets.vllm import (
+from workers.suite.targets.vllm.adapter import VllmAdapter, greedy_draft_cases
+from workers.suite.targets.vllm.bindings import (
     AdapterError,
     RejectionSampleApi,
-    VllmAdapter,
     bind_rejection_sample,
-    greedy_draft_cases,
     one_hot_rows,
     rejection_sampler,
     sampling_metadata,

@@ -7,65 +7,29 @@ stderr and exit status 2; an unreachable database is one line and exit status 1.
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from sqlalchemy import make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
-from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import session_factory, session_scope
+from service.cli.database import unit_of_work
+from service.cli.exits import USAGE
+from service.cli.output import console, fail, out, print_json
 from service.models import CommitPolicy, InstallMode, Target
 from service.settings import get_settings
 from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
 
-EXIT_UNAVAILABLE, EXIT_USAGE = 1, 2
-
 targets_app = typer.Typer(help="Manage the watched target libraries.", no_args_is_help=True)
-console = Console(stderr=True)
-# Piped output (scripts, CI logs) gets a wide table instead of rich's 80-column default.
-out = Console(width=None if sys.stdout.isatty() else 180)
 
 T = TypeVar("T")
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _factory(ctx: typer.Context) -> sessionmaker[Session]:
-    """The session factory: ``ctx.obj`` when a caller (a test) provides one, else the process's."""
-    return ctx.obj if isinstance(ctx.obj, sessionmaker) else session_factory()
-
-
-@contextmanager
-def _unit_of_work(ctx: typer.Context) -> Iterator[Session]:
-    """A committed unit of work; user errors exit 2, an unreachable database exits 1, both in one line."""
-    factory = _factory(ctx)
-    try:
-        with session_scope(factory) as session:
-            yield session
-    except TargetError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except (OperationalError, ProgrammingError) as exc:
-        # Unreachable, or not migrated (`alembic upgrade head`): one line, never a traceback or a password.
-        url = make_url(str(factory.kw["bind"].url)).render_as_string(hide_password=True)
-        detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-        _fail(f"database error at {url}: {detail}", EXIT_UNAVAILABLE)
 
 
 def _validated(build: Callable[[], T]) -> T:
     try:
         return build()
     except TargetError as exc:
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), USAGE)
 
 
 @targets_app.command("add")
@@ -93,7 +57,7 @@ def add(
             repo_policy=RepoPolicy.from_settings(get_settings()),
         )
     )
-    with _unit_of_work(ctx) as session:
+    with unit_of_work(ctx) as session:
         add_target(session, spec)
     polled = f", polled every {format_duration(spec.poll_interval_s)}" if spec.poll_interval_s else ", webhooks only"
     branches = ", ".join(spec.branches)
@@ -130,11 +94,11 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List the watched targets."""
-    with _unit_of_work(ctx) as session:
+    with unit_of_work(ctx) as session:
         targets = list_targets(session)
         rows, cells = [_as_dict(t) for t in targets], [_as_cells(t) for t in targets]
     if as_json:
-        out.print_json(json.dumps(rows))
+        print_json(rows)
         return
     if not rows:
         console.print("no targets (add one with: specwatch targets add NAME --repo URL --branch main ...)", soft_wrap=True)
@@ -148,7 +112,7 @@ def list_(
 @targets_app.command("remove")
 def remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the target's name")]) -> None:
     """Stop watching a target and delete its history (commits, runs, results)."""
-    with _unit_of_work(ctx) as session:
+    with unit_of_work(ctx) as session:
         removed = remove_target(session, name)
     history = f"{removed.commits} commit(s), {removed.runs} run(s)"
     console.print(f"removed target [bold]{removed.name}[/] ({history})", highlight=False, soft_wrap=True)

@@ -1,13 +1,12 @@
-"""The ``specwatch`` command line.
+"""``specwatch check``: the distribution-preservation suite in a subprocess, with progress and a results table.
 
-``specwatch check`` runs the distribution-preservation suite in a subprocess (``python -m
-workers.suite run --events``: the same JSON protocol the workers read), shows a progress bar per
-case and a results table. The control plane never imports torch; the suite runs with one thread.
+The suite runs as ``python -m workers.suite run --events`` (the same JSON protocol the workers read), so the
+control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
+cases pass, 1 a violation, 2 a usage or target error).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -15,42 +14,21 @@ import subprocess
 import sys
 from enum import StrEnum
 from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.cli.exits import OK, USAGE, VIOLATION
+from service.cli.output import console, out
 from service.queries import coverage_summary
-from service.query_cli import alerts_app, compare_command, history, runs_app
 from service.report import markdown_report
-from service.targets_cli import targets_app
-
-EXIT_PASS, EXIT_VIOLATION, EXIT_USAGE = 0, 1, 2
-
-app = typer.Typer(help="specwatch: continuous monitoring of speculative-decoding losslessness.", no_args_is_help=True)
-console = Console(stderr=True)
-# Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
-out = Console(width=None if sys.stdout.isatty() else 180)
 
 
 class Device(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
-
-
-@app.callback()
-def _root() -> None:
-    """specwatch command line."""
-
-
-app.add_typer(targets_app, name="targets")
-app.add_typer(runs_app, name="runs")
-app.add_typer(alerts_app, name="alerts")
-app.command("history")(history)
-app.command("compare")(compare_command)
 
 
 def suite_command(args: list[str]) -> list[str]:
@@ -204,7 +182,6 @@ def tested(run: dict[str, Any]) -> str:
     return " ".join(part for part in (f"{name} {version or ''}".strip(), f"({where})" if where else None) if part)
 
 
-@app.command()
 def check(
     target: Annotated[
         str | None,
@@ -250,16 +227,16 @@ def check(
         out.print(results_table(results))
     if markdown is not None and run:
         markdown.write_text(markdown_report(run, reproduce_command(args, run)))
-    if code == EXIT_USAGE or code not in (EXIT_PASS, EXIT_VIOLATION):
+    if code == USAGE or code not in (OK, VIOLATION):
         message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
         errored = [r for r in results if r["verdict"] == "error"]
         if errored and not error:
             message = f"{errored[0]['case_id']}: {errored[0]['reason'].splitlines()[0]}"
         console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(USAGE)
     failed = sum(r["verdict"] == "fail" for r in results)
     what = f" — tested {tested(run)}" if run else ""
-    if code == EXIT_VIOLATION:
+    if code == VIOLATION:
         for r in results:
             if r.get("failure") == "raised":  # the reason's first line: the exception (a finding about the sampler)
                 console.print(f"[bold red]{r['case_id']}:[/] {r['reason'].splitlines()[0]}", highlight=False, soft_wrap=True)
@@ -267,67 +244,3 @@ def check(
     else:
         console.print(f"[green]all {len(results)} case(s) passed[/]{what}")
     raise typer.Exit(code)
-
-
-# --- the service: embedded (serve) and production (worker, beat) ---------------------------------------
-
-# Options that Celery's own CLI takes go through unchanged (e.g. `specwatch worker --pool solo --without-gossip`).
-_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _workers_cli() -> ModuleType:
-    """:mod:`workers.cli`, imported by name when a service command runs.
-
-    The control plane never imports ``workers`` (the import-linter contract: the API and its tests load no
-    Celery worker code); the ``specwatch`` console script is one entry point for both, so the commands that
-    start workers reach them the way the web side reaches tasks, by name.
-    """
-    return importlib.import_module("workers.cli")
-
-
-@app.command()
-def serve(
-    host: Annotated[str, typer.Option(help="address the API listens on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port the API listens on (0: any free port)", min=0, max=65535)] = 8000,
-    database_url: Annotated[
-        str | None, typer.Option(help="SQLAlchemy URL of the database (default: SPECWATCH_DATABASE_URL, else ./specwatch.db)")
-    ] = None,
-) -> None:
-    """Run the whole service in one process: the API, a worker and the scheduler, no Redis needed.
-
-    The database is migrated on start (SQLite by default). Runs execute one at a time in this process.
-    Production runs `specwatch worker` and `specwatch beat` on Redis instead.
-    """
-    raise typer.Exit(_workers_cli().serve(host=host, port=port, database_url=database_url))
-
-
-@app.command(context_settings=_PASSTHROUGH)
-def worker(
-    ctx: typer.Context,
-    queues: Annotated[str, typer.Option("--queues", "-Q", help="queues to consume, comma-separated")] = "gpu,default",
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="tasks at a time (gpu: one per GPU)", min=1)] = 1,
-    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
-    hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="node name, e.g. gpu-1@%h")] = None,
-) -> None:
-    """Run a Celery worker on the broker of SPECWATCH_REDIS_URL (production shape).
-
-    Other options are Celery's (`celery worker --help`).
-    """
-    raise typer.Exit(_workers_cli().worker(queues=queues, concurrency=concurrency, loglevel=loglevel, hostname=hostname, extra=ctx.args))
-
-
-@app.command(context_settings=_PASSTHROUGH)
-def beat(
-    ctx: typer.Context,
-    schedule: Annotated[Path | None, typer.Option("--schedule", "-s", help="beat's schedule file")] = None,
-    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
-) -> None:
-    """Run the scheduler (sweeper, pollers): exactly one per deployment (production shape).
-
-    Other options are Celery's (`celery beat --help`).
-    """
-    raise typer.Exit(_workers_cli().beat(schedule=schedule, loglevel=loglevel, extra=ctx.args))
-
-
-def main() -> None:
-    app()

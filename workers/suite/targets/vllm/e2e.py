@@ -31,7 +31,8 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -41,9 +42,6 @@ from workers.suite.cases import Case
 from workers.suite.experiments import CheckSpec, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing
-
-if TYPE_CHECKING:
-    from workers.suite.targets.vllm import VllmAdapter
 
 E2E_VOCAB = 8
 E2E_LENGTH = 3
@@ -330,7 +328,16 @@ _CASE_NAMES = {"plain": "control", "ngram": "ngram", "draft_model": "draft_model
 _QUICK = {"control", "ngram", "draft_model"}
 
 
-def e2e_cases(adapter: VllmAdapter) -> tuple[Case, ...]:
+class Installed(Protocol):
+    """What the adapter found (:class:`~workers.suite.targets.vllm.adapter.VllmAdapter`)."""
+
+    @property
+    def module(self) -> ModuleType: ...
+    @property
+    def version(self) -> str: ...
+
+
+def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     """The end-to-end catalogue; configurations the release lacks are skipped with the reason."""
     fields = speculative_config_fields(adapter.module)
     available = {"plain", "ngram", "draft_model"} | ({"draft_model_probabilistic"} if "draft_sample_method" in fields else set())

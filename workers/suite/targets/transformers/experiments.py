@@ -1,0 +1,304 @@
+"""What the end-to-end cases run: ``generate()`` trials against exact laws, and greedy equivalence.
+
+The exact law of the first generated tokens is computed from the target model after the same logits processing
+(Hugging Face's order: temperature, then top-k, then top-p); every emitted token of a long horizon is also
+tested against its exact conditional law (:mod:`workers.suite.conditional`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from workers.suite.conditional import PIT_BINS, ConditionalBatch, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
+from workers.suite.laws import sequence_law
+from workers.suite.sampling import Processing
+from workers.suite.targets.transformers.bindings import AdapterError, generation_config_fields
+from workers.suite.targets.transformers.models import E2E_VOCAB, UNREACHABLE_EOS, ModelFactory, resolve_options, tiny_models
+from workers.suite.targets.transformers.observer import DraftObserver
+
+#: How many generated tokens are tested jointly.
+E2E_LENGTH = 2
+#: Tokens each end-to-end trial generates (the conditional check tests all of them) and drafts asked per
+#: verification: 10 tokens at most 4 per round means at least 3 verification rounds per call.
+E2E_HORIZON = 10
+E2E_DRAFTS = 3
+#: What every speculative end-to-end case must exercise (checked against the observed coverage).
+E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
+#: The prompt repeats an n-gram so that prompt lookup finds candidates.
+_PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
+
+
+def speculative_settings(transformers: ModuleType, models: Sequence[Any]) -> dict[str, Any]:
+    """generate() options that make every verification draft up to :data:`E2E_DRAFTS` tokens, for the
+    versions that have them: a constant schedule (no heuristic shrinking between rounds) and the
+    assistant's confidence threshold off (4.45+ stops drafting below 0.4 by default). The same values go
+    into the generation config of each drafting model (``models``), where the candidate generators read them.
+    """
+    fields = generation_config_fields(transformers)
+    wanted = {"num_assistant_tokens": E2E_DRAFTS, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    settings = {k: v for k, v in wanted.items() if k in fields}
+    for model in models:
+        config = getattr(model, "generation_config", None)
+        if config is None:
+            continue
+        for key, value in settings.items():
+            setattr(config, key, value)
+    return settings
+
+
+def _processing_kwargs(processing: Processing) -> dict[str, Any]:
+    return {
+        "temperature": processing.temperature,
+        "top_k": processing.top_k if processing.top_k is not None else 0,
+        "top_p": processing.top_p if processing.top_p is not None else 1.0,
+    }
+
+
+class GenerateExperiment:
+    """Trials of ``generate(do_sample=True)`` over a long horizon, against exact laws.
+
+    Each trial generates ``horizon`` tokens (at least 8, several verification rounds). Checks:
+
+    * ``lossless/first{L}``: the joint law of the first L new tokens, one cell of V**L per trial, against
+      the exact law prod_t p(y_t | prompt, y_<t) with p the target's next-token law after ``processing``
+      (Hugging Face's order: temperature, top-k, top-p).
+    * ``lossless/pit_id`` and ``lossless/pit_prob``: every emitted token of the horizon against its exact
+      conditional law (one no-cache forward of the target over prompt + output), by the randomized PIT
+      under two token orders (:mod:`workers.suite.conditional`). Rows whose processing boundary lies
+      within float noise of a token are left out (decided from the prefix only, which keeps validity).
+
+    Speculative paths also record their coverage (:class:`DraftObserver`) against ``coverage_design``.
+    """
+
+    #: Fingerprint probe: one generate() call per trial.
+    probe_trials = 48
+    #: The cap is what the design needs (the conditional checks see ``horizon`` tokens per trial), at least
+    #: this many trials, not the runner's default floor of one first batch.
+    min_trials = 256
+
+    def __init__(
+        self,
+        transformers: ModuleType,
+        processing: Processing,
+        options: dict[str, Any],
+        device: torch.device,
+        *,
+        models: ModelFactory | None = None,
+        length: int = E2E_LENGTH,
+        horizon: int = E2E_HORIZON,
+        vocab: int = E2E_VOCAB,
+        prompt: Sequence[int] = _PROMPT,
+        coverage: CoverageDesign | None = None,
+        tuned: bool = True,
+    ) -> None:
+        """``tuned=False`` leaves the library's drafting defaults (heuristic schedule, confidence threshold):
+        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``."""
+        self.transformers = transformers
+        self.processing = processing
+        self.device = device
+        self.length, self.horizon, self.vocab = length, max(length, horizon), vocab
+        self.target, self.draft = (models or tiny_models)(transformers, device)
+        self.options = resolve_options(transformers, options, self.draft, device)
+        self.speculative = bool(options)
+        if self.speculative and tuned:
+            drafting = [m for m in (self.target, self.options.get("assistant_model")) if m is not None]
+            self.options = {**speculative_settings(transformers, drafting), **self.options}
+        self.coverage_design = coverage if self.speculative else None
+        self.prompt = torch.tensor([tuple(prompt)], device=device)
+        self._bites: list[tuple[float, float]] = []
+        self.law = sequence_law(self._next_token(self.prompt), length, vocab)
+        _assert_processing_bites(processing, self._bites)
+        self._checks = (
+            # Designed on the conditional check (10 observations per trial); the joint law rides along.
+            CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0, designed=False),
+            *(CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon)) for order in TokenOrder),
+        )
+
+    def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
+        """The processed next-token law after prompt + prefix; every row it gives must clear :data:`MARGIN`."""
+        p = self.processing
+
+        def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+            ids = torch.cat((prompt, torch.tensor([prefix], dtype=torch.long, device=self.device)), dim=1) if prefix else prompt
+            with torch.no_grad():
+                logits = self.target(ids).logits[0, -1].double()
+            margin = processing_margin(logits.cpu().numpy(), p.temperature, p.top_k, p.top_p)
+            if margin < MARGIN:
+                raise AdapterError(
+                    f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
+                    f"{MARGIN:g}: float noise could change the support; choose another fixture"
+                )
+            self._bites.append(_removed_mass(logits, p))
+            return p.probs(logits).cpu().numpy()
+
+        return oracle
+
+    def _conditional_logits(self, prompt: torch.Tensor, output: Sequence[int]) -> NDArray[np.float64]:
+        """Raw target logits (float64) of the next token after prompt + output[:t], for t = 0..len(output)-1."""
+        ids = torch.cat((prompt, torch.tensor([list(output)], dtype=torch.long, device=self.device)), dim=1)
+        with torch.no_grad():
+            logits = self.target(ids, use_cache=False).logits[0, prompt.shape[1] - 1 : prompt.shape[1] - 1 + len(output)]
+        rows: NDArray[np.float64] = logits.double().cpu().numpy()
+        return rows
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return self._checks
+
+    @property
+    def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def fixed_trials(self) -> None:
+        return None
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        return {
+            "do_sample": True,
+            "max_new_tokens": self.horizon,
+            **_processing_kwargs(self.processing),
+            # An id outside the vocabulary: batch size 1 never pads; a generated pad id changes masks in 4.40.
+            "pad_token_id": max(self.vocab, UNREACHABLE_EOS),
+            "eos_token_id": max(self.vocab, UNREACHABLE_EOS),
+            **self.options,
+        }
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        counts = np.zeros(len(self.law), dtype=np.int64)
+        pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
+        kwargs = self.generation_kwargs()
+        prompt, mask = self.prompt, torch.ones_like(self.prompt)
+        observer = DraftObserver()
+        violations: list[Violation] = []
+        outputs: list[list[int]] = []
+        with observer.watching() if self.speculative else contextlib.nullcontext():
+            for _ in range(n):
+                with torch.no_grad():
+                    out = self.target.generate(prompt, attention_mask=mask, **kwargs)
+                observer.call_done()
+                new = out[0, prompt.shape[1] :].tolist()
+                if len(new) < self.horizon or any(not 0 <= t < self.vocab for t in new[: self.horizon]):
+                    return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
+                outputs.append(new[: self.horizon])
+        for i, new in enumerate(outputs):
+            counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
+            batch = self._conditional(new, pit_w[i])
+            for order in TokenOrder:
+                pit[order] += batch.counts[order]
+            if batch.impossible is not None and not violations:
+                violations.append(Violation(Layer.LOSSLESS, f"output {new}: {batch.impossible}"))
+        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
+        sample = counts.tobytes() if n >= 1 else b""
+        coverage = observer.coverage() if self.speculative else None
+        accepted = sum(k * v for k, v in coverage.accepted.items()) if coverage else 0  # drafts accepted in the batch
+        return Observation(found, tuple(violations), accepted, sample, coverage)
+
+    def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
+        logits = self._conditional_logits(self.prompt, output)
+        p = self.processing
+        rows = p.probs(torch.from_numpy(logits)).numpy()
+        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= MARGIN for row in logits])
+        return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
+
+
+#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
+MIN_REMOVED = 0.01
+
+
+def _removed_mass(logits: torch.Tensor, processing: Processing) -> tuple[float, float]:
+    """Mass removed by top-k from the tempered law, and by top-p from what top-k kept."""
+    tempered = (logits / processing.temperature).softmax(-1)
+    after_k = Processing(temperature=processing.temperature, top_k=processing.top_k).probs(logits)
+    after_p = processing.probs(logits)
+    return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
+
+
+def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[float, float]]) -> None:
+    """A processed fixture whose top-k or top-p removes less than :data:`MIN_REMOVED` on some enumerated row
+    does not test that processor there: refuse it when the case is built."""
+    for index, name, active in ((0, "top-k", processing.top_k is not None), (1, "top-p", processing.top_p not in (None, 1.0))):
+        least = min((r[index] for r in removed), default=0.0)
+        if active and least < MIN_REMOVED:
+            raise AdapterError(
+                f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
+            )
+
+
+#: Rows whose processing boundary (top-k gap, top-p cut) is closer than this are too close to call in
+#: float32, where the library processes: the conditional check leaves them out, the joint law refuses them.
+MARGIN = 1e-4
+
+
+class GreedyEquivalenceExperiment:
+    """``do_sample=False``: assisted generation must return exactly plain greedy's tokens."""
+
+    prompts = 64
+    #: Fingerprint probe: two generate() calls per prompt.
+    probe_trials = 8
+
+    def __init__(
+        self,
+        transformers: ModuleType,
+        options: dict[str, Any],
+        device: torch.device,
+        *,
+        pad_token_id: int,
+        models: ModelFactory | None = None,
+        vocab: int = E2E_VOCAB,
+        coverage: CoverageDesign | None = None,
+    ) -> None:
+        self.target, self.draft = (models or tiny_models)(transformers, device)
+        self.vocab = vocab
+        self.options = resolve_options(transformers, options, self.draft, device)
+        drafting = [m for m in (self.target, self.options.get("assistant_model")) if m is not None]
+        self.options = {**speculative_settings(transformers, drafting), **self.options}
+        self.coverage_design = coverage
+        self.device = device
+        self.pad_token_id = pad_token_id
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return ()
+
+    @property
+    def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.prompts
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        base = {"do_sample": False, "max_new_tokens": E2E_HORIZON, "pad_token_id": self.pad_token_id, "eos_token_id": UNREACHABLE_EOS}
+        violations: list[Violation] = []
+        samples: list[int] = []
+        observer = DraftObserver()
+        for _ in range(n):
+            length = int(torch.randint(2, 7, (1,), generator=generator))
+            prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
+            mask = torch.ones_like(prompt)
+            with torch.no_grad():
+                plain = self.target.generate(prompt, attention_mask=mask, **base)
+                with observer.watching():
+                    assisted = self.target.generate(prompt, attention_mask=mask, **base, **self.options)
+                observer.call_done()
+            samples.extend(assisted[0].tolist())
+            if not torch.equal(plain, assisted):
+                violations.append(
+                    Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
+                )
+                break
+        coverage = observer.coverage()
+        accepted = sum(k * v for k, v in coverage.accepted.items())  # drafts accepted in the batch's assisted calls
+        return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)
