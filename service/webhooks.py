@@ -40,6 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.after_commit import after_commit
 from service.db import session_scope
 from service.deps import ProducerDep, SessionFactoryDep, SettingsDep, app_settings
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
@@ -451,6 +452,9 @@ def github_webhook(
         # waiting for that same lock (a convoy that never drains).
         with session_scope(sessions) as session:
             result = ingest(session, delivery_id=delivery_id, event=event, payload=payload, options=options)
+            if result.run_ids:
+                # Once committed, the runs are enqueued in a background task after the response.
+                after_commit(session, background.add_task, enqueue_runs, producer, result.run_ids)
     except PayloadError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     log.info(
@@ -462,9 +466,6 @@ def github_webhook(
         result.run_ids,
         loggable(result.reason, 500),
     )
-    if result.run_ids:
-        # Runs after the response, so after the transaction above committed.
-        background.add_task(enqueue_runs, producer, result.run_ids)
     if event == "ping":
         response.status_code = status.HTTP_200_OK
     return WebhookAnswer(
