@@ -5,7 +5,6 @@ See :mod:`workers.pollers` for the three steps of a poll (claim, look, record).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,8 +16,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Commit, InstallMode, PollKind, PollState, Target
-
-log = logging.getLogger(__name__)
 
 ERROR_MAX = 2000
 

@@ -4,12 +4,10 @@ published only after the unit of work that asked for them commits."""
 from __future__ import annotations
 
 import ast
-import json
 from datetime import UTC, datetime, timedelta
 
 import celery.utils.time
 import pytest
-import redis
 from celery.exceptions import Retry
 from sqlalchemy import event, select, text
 from sqlalchemy.exc import OperationalError
@@ -18,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.models import Target
 from service.settings import get_settings
-from tests.support.workers import REDIS_URL
+from tests.support.workers import queued_headers
 
 # The module, not its tasks: pytest's collection would evaluate a task proxy, which configures the Celery app
 # from this process's settings before the fixtures set them.
@@ -32,13 +30,7 @@ pytestmark = pytest.mark.usefixtures("worker_env")
 
 def messages(queue: str) -> list[tuple[str, list[int], int]]:
     """(task name, args, retries) of every message waiting in ``queue``, oldest first."""
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        raw = client.lrange(queue, 0, -1)
-    finally:
-        client.close()
-    headers = [json.loads(item)["headers"] for item in reversed(raw)]
-    return [(h["task"], list(ast.literal_eval(h["argsrepr"])), h["retries"]) for h in headers]
+    return [(h["task"], list(ast.literal_eval(h["argsrepr"])), h["retries"]) for h in queued_headers(queue)]
 
 
 def nothing_published() -> bool:
@@ -138,9 +130,9 @@ def test_an_infrastructure_error_is_retried_later_with_backoff_through_the_broke
         _run_as_worker(tasks.sweep_runs, retries=3)
     after = datetime.now(UTC)
     assert messages("default") == [("workers.sweep_runs", [], 4)]
-    message = json.loads(redis.Redis.from_url(REDIS_URL).lrange("default", 0, 0)[0])
+    [message] = queued_headers("default")
     wait = timedelta(seconds=16)  # 2 s doubled three times
-    assert before + wait <= datetime.fromisoformat(message["headers"]["eta"]) <= after + wait
+    assert before + wait <= datetime.fromisoformat(message["eta"]) <= after + wait
 
     with pytest.raises(OperationalError):  # the cap: the fifth retry was the last
         _run_as_worker(tasks.sweep_runs, retries=5)
