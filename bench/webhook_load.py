@@ -4,14 +4,22 @@ uvicorn serves ``service.app:create_app`` on 127.0.0.1 (one process, as ``specwa
 scratch PostgreSQL database (created, migrated with Alembic, dropped at the end) and the real Redis on a
 database number no test uses (9, flushed before and after). The load generator (asyncio + httpx, a bounded
 connection pool) sends signed push deliveries, one new commit each, at rising rates; each step is bounded in
-count and in time, so the run stops by itself. It prints, per step, the offered rate, the achieved throughput
-and the p50/p99 latency of the answers, then verifies that every accepted delivery is stored exactly once
-and every run enqueued exactly once (rows in PostgreSQL, messages in Redis).
+count and in time, so the run stops by itself. It prints, per step, the offered rate, the achieved throughput,
+the p50/p99 latency of the answers and the machine's load average, then the saturation rate (the highest
+achieved throughput of any step), and verifies that every accepted delivery is stored exactly once and every
+run enqueued exactly once (rows in PostgreSQL, messages in Redis).
+
+With ``--targets N`` the deliveries are spread round-robin over N registered targets (one repository each),
+so consecutive pushes rarely wait for the same target's row lock; with one target (the default) every push
+serialises on it.
 
 Run::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_load.py --quick     # 2,000 deliveries
     OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_load.py             # 20,000 deliveries
+    # p50/p99 at 50/s spread over 20 targets, and the single-target saturation rate:
+    OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_load.py --targets 20 --rates 50 --deliveries 1500
+    OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_load.py --rates 50,100,200 --deliveries 3000
 """
 
 from __future__ import annotations
@@ -56,7 +64,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def push_body(delivery: int) -> bytes:
+def repo_url(target: int) -> str:
+    """The repository of target number ``target`` (one repository per target)."""
+    return f"{REPO_URL}-{target}"
+
+
+def push_body(delivery: int, targets: int = 1) -> bytes:
+    """A push of one new commit, to the repository of target ``delivery % targets``."""
+    url = repo_url(delivery % targets)
     commit_sha = hashlib.sha1(f"bench-{delivery}-{secrets.token_hex(4)}".encode()).hexdigest()
     commit = {
         "id": commit_sha,
@@ -70,7 +85,7 @@ def push_body(delivery: int) -> bytes:
         "after": commit_sha,
         "commits": [commit],
         "head_commit": commit,
-        "repository": {"full_name": "octo-org/loaded-sampler", "html_url": REPO_URL, "clone_url": f"{REPO_URL}.git"},
+        "repository": {"full_name": url.removeprefix("https://github.com/"), "html_url": url, "clone_url": f"{url}.git"},
     }
     return json.dumps(payload).encode()
 
@@ -93,12 +108,13 @@ class Step:
     elapsed: float = 0.0
     unsent: int = 0
     accepted: list[str] = field(default_factory=list)
+    load: float = 0.0
 
 
-async def run_step(client: httpx.AsyncClient, step: Step, first: int, concurrency: int, max_seconds: float) -> None:
+async def run_step(client: httpx.AsyncClient, step: Step, first: int, concurrency: int, max_seconds: float, targets: int) -> None:
     """Offer ``step.count`` deliveries at ``step.rate``/s (open loop, at most ``concurrency`` in flight), for at
     most ``max_seconds``: deliveries not sent by then are counted as unsent."""
-    bodies = [(f"bench-{first + i}", push_body(first + i)) for i in range(step.count)]
+    bodies = [(f"bench-{first + i}", push_body(first + i, targets)) for i in range(step.count)]
     gate = asyncio.Semaphore(concurrency)
     start = time.perf_counter()
     deadline = start + max_seconds
@@ -131,6 +147,7 @@ async def run_step(client: httpx.AsyncClient, step: Step, first: int, concurrenc
         tasks.append(asyncio.create_task(one(delivery, body)))
     await asyncio.gather(*tasks)
     step.elapsed = time.perf_counter() - start
+    step.load = os.getloadavg()[0]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -175,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deliveries", type=int, default=None)
     parser.add_argument("--rates", default="100,200,400,800,1600", help="offered rates per second, one step each")
     parser.add_argument("--concurrency", type=int, default=16, help="connections and requests in flight at most")
+    parser.add_argument("--targets", type=int, default=1, help="spread the deliveries round-robin over this many targets")
     parser.add_argument("--step-seconds", type=float, default=60.0, help="each step stops after this long")
     parser.add_argument(
         "--postgres-url", default=os.environ.get("SPECWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -199,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         engine = make_engine(database_url)
         factory = sessionmaker(bind=engine, expire_on_commit=False)
         with session_scope(factory) as session:
-            add_target(
-                session, make_spec(name="loaded", repo_url=REPO_URL, branches=["main"], adapter="toy:f", commit_policy=CommitPolicy.head)
-            )
+            for target in range(args.targets):
+                url = repo_url(target)
+                add_target(
+                    session,
+                    make_spec(name=f"loaded-{target}", repo_url=url, branches=["main"], adapter="toy:f", commit_policy=CommitPolicy.head),
+                )
         port = free_port()
         env = {n: v for n, v in os.environ.items() if not n.startswith("SPECWATCH_")} | {
             "SPECWATCH_ENV": "test",
@@ -216,9 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base, proc)
         print(
-            f"uvicorn (1 process) on {base}; PostgreSQL {name}; Redis {args.redis_url}; {total} deliveries; concurrency {args.concurrency}"
+            f"uvicorn (1 process) on {base}; PostgreSQL {name}; Redis {args.redis_url}; {total} deliveries over {args.targets} "
+            f"target(s); concurrency {args.concurrency}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before"
         )
-        print(f"{'offered/s':>10} {'sent':>6} {'unsent':>6} {'achieved/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  answers")
+        print(
+            f"{'offered/s':>10} {'sent':>6} {'unsent':>6} {'achieved/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'load':>5}  answers"
+        )
 
         async def drive() -> list[Step]:
             limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
@@ -227,21 +251,23 @@ def main(argv: list[str] | None = None) -> int:
                 first = 0
                 for rate, count in zip(rates, per_step, strict=True):
                     step = Step(rate, count)
-                    await run_step(client, step, first, args.concurrency, args.step_seconds)
+                    await run_step(client, step, first, args.concurrency, args.step_seconds, args.targets)
                     first += count
                     steps.append(step)
                     done = len(step.latencies)
                     p50, p99 = (1e3 * percentile(step.latencies, q) for q in (0.5, 0.99))
                     worst = 1e3 * max(step.latencies, default=float("nan"))
                     achieved = done / step.elapsed
-                    print(
-                        f"{rate:>10.0f} {done:>6} {step.unsent:>6} {achieved:>10.1f} {p50:>8.1f} {p99:>8.1f} {worst:>8.1f} ",
-                        dict(step.statuses),
-                        flush=True,
-                    )
+                    figures = f"{achieved:>10.1f} {p50:>8.1f} {p99:>8.1f} {worst:>8.1f} {step.load:>5.2f}"
+                    print(f"{rate:>10.0f} {done:>6} {step.unsent:>6} {figures} ", dict(step.statuses), flush=True)
             return steps
 
         steps = asyncio.run(drive())
+        best = max(steps, key=lambda s: len(s.latencies) / s.elapsed)
+        print(
+            f"saturation: {len(best.latencies) / best.elapsed:.1f}/s achieved at most (offered {best.rate:.0f}/s, "
+            f"p50 {1e3 * percentile(best.latencies, 0.5):.1f} ms) over {args.targets} target(s)"
+        )
         accepted = [d for s in steps for d in s.accepted]
         time.sleep(2)  # the last background enqueues
         with session_scope(factory) as session:

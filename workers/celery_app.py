@@ -21,6 +21,7 @@ from kombu import Queue
 
 from service.settings import Settings, get_settings
 from workers.settings import WorkerSettings, get_worker_settings
+from workers.task_base import SpecwatchTask
 
 GPU_QUEUE = "gpu"
 DEFAULT_QUEUE = "default"
@@ -105,7 +106,8 @@ def celery_config(settings: Settings, worker: WorkerSettings) -> dict[str, Any]:
     }
 
 
-app = Celery("specwatch", include=["workers.tasks"])
+#: Every task is a :class:`~workers.task_base.SpecwatchTask`: one retry policy, publishing after commit.
+app: Celery[SpecwatchTask] = Celery("specwatch", include=["workers.tasks"], task_cls=SpecwatchTask)
 
 
 @app.on_configure.connect

@@ -80,7 +80,7 @@ def embedded_config() -> dict[str, Any]:
 class EmbeddedWorker:
     """A Celery worker (``solo`` pool, queues ``gpu`` and ``default``) and beat, in daemon threads of this process."""
 
-    def __init__(self, app: Celery, *, hostname: str | None = None, loglevel: str = "INFO") -> None:
+    def __init__(self, app: Celery[Any], *, hostname: str | None = None, loglevel: str = "INFO") -> None:
         self._ready = threading.Event()
         self.controller = app.WorkController(
             app=app,
@@ -140,7 +140,7 @@ def resume_queued_runs(factory: sessionmaker[Session], producer: Producer) -> li
     return enqueue_runs(producer, run_ids)
 
 
-def serve(settings: Settings, *, app: Celery, host: str, port: int) -> None:
+def serve(settings: Settings, *, app: Celery[Any], host: str, port: int) -> None:
     """Migrate the database, start the worker and beat, and serve the API until SIGINT or SIGTERM.
 
     Raises :class:`StartError` when the database cannot be migrated.

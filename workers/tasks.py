@@ -1,11 +1,14 @@
 """Celery tasks: thin wrappers that take ids, build the process's session factory and settings, and commit.
 
+Every task is a :class:`workers.task_base.SpecwatchTask`: one retry policy (infrastructure errors only, with
+backoff and a cap), and messages about rows sent from the unit of work that made them, after it commits
+(:meth:`~workers.task_base.SpecwatchTask.publish_after_commit`, :func:`enqueue_after_commit`).
+
 ``workers.run_suite(run_id)`` executes one attempt of a run (:func:`workers.execution.execute_run`);
 ``workers.sweep_runs()`` re-enqueues runs nobody is working on (:func:`workers.runs.sweep`);
 ``workers.poll_branches()`` and ``workers.poll_releases()`` turn new commits and releases of the due targets
-into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent. Retries are for
-infrastructure only (the database or the broker unreachable), with backoff and a cap; whatever a commit or
-the suite does is recorded on the run, never retried.
+into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent; whatever a commit
+or the suite does is recorded on the run, never retried.
 
 ``workers.analyse_run(run_id)`` analyses a finished run (:func:`workers.alerts.analyse`: confirmation,
 bisection, drift, alerts), enqueued by ``run_suite`` when the run finished (and by the sweeper for a finished
@@ -18,10 +21,9 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from celery import Task
-from kombu.exceptions import OperationalError as BrokerError
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.orm import Session
 
+from service.after_commit import after_commit
 from service.db import session_factory, session_scope
 from service.ingest import RunOptions
 from service.queue import enqueue_runs
@@ -35,30 +37,17 @@ from workers.execution import execute_run, utcnow
 from workers.notify import Channels, NotifyConfig, deliver_due
 from workers.runs import sweep
 from workers.settings import WorkerSettings, get_worker_settings
+from workers.task_base import PUBLISH_RETRY_POLICY, SpecwatchTask
 
 log = logging.getLogger(__name__)
 
-#: Errors worth retrying: the database or the broker is unreachable or dropped the connection.
-INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, BrokerError, ConnectionError)
-_PUBLISH_RETRY_POLICY: dict[str, Any] = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
-
-@app.task(
-    name=RUN_SUITE,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=INFRASTRUCTURE_ERRORS,
-    max_retries=5,
-    retry_backoff=5,
-    retry_backoff_max=300,
-    retry_jitter=True,
-)
-def run_suite(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
+@app.task(name=RUN_SUITE, bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_suite(self: SpecwatchTask, run_id: int) -> dict[str, Any]:
     """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker)."""
     result = execute_run(run_id, factory=session_factory(), settings=get_worker_settings())
-    if result.status in FINISHED_STATUSES:  # stored and committed: analyse it
-        _publish(analyse_run, run_id)
+    if result.status in FINISHED_STATUSES:  # stored and committed by execute_run's own unit of work: analyse it
+        analyse_run.publish(run_id)
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
 
 
@@ -67,16 +56,6 @@ FINISHED_STATUSES = frozenset({"passed", "failed", "error"})
 #: enqueues it again (runs older than the horizon are left alone: they predate the analysis).
 ANALYSIS_GRACE = timedelta(minutes=10)
 ANALYSIS_HORIZON = timedelta(days=2)
-
-
-def _publish(task: Task[Any, Any], *args: Any) -> bool:
-    """Publish ``task`` after commit; a broker failure is logged (the sweeper or beat repairs it)."""
-    try:
-        task.apply_async(args=args, retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
-    except INFRASTRUCTURE_ERRORS as exc:
-        log.warning("publish_failed task=%s args=%s error=%s: %s", task.name, args, type(exc).__name__, exc)
-        return False
-    return True
 
 
 def analysis_config(settings: Settings, worker: WorkerSettings) -> AnalysisConfig:
@@ -104,58 +83,36 @@ def channels(settings: Settings, worker: WorkerSettings) -> Channels:
     )
 
 
-@app.task(
-    name=ANALYSE_RUN,
-    bind=True,
-    acks_late=True,
-    autoretry_for=INFRASTRUCTURE_ERRORS,
-    max_retries=5,
-    retry_backoff=2,
-    retry_backoff_max=120,
-    retry_jitter=True,
-)
-def analyse_run(self: Task[Any, Any], run_id: int) -> dict[str, Any]:
+@app.task(name=ANALYSE_RUN, bind=True, acks_late=True)
+def analyse_run(self: SpecwatchTask, run_id: int) -> dict[str, Any]:
     """Analyse finished run ``run_id`` once: classify, confirm, bisect, open or resolve alerts; enqueue new runs."""
     config = analysis_config(get_settings(), get_worker_settings())
     with session_scope(session_factory()) as session:
         report = analyse(session, run_id, config=config, now=utcnow())
-    _enqueue(report.queued)  # after commit
-    if report.notifications:
-        _publish(deliver_notifications)
+        enqueue_after_commit(session, report.queued)
+        if report.notifications:
+            deliver_notifications.publish_after_commit(session)
     return report.as_dict()
 
 
-@app.task(name=DELIVER_NOTIFICATIONS, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
-def deliver_notifications(self: Task[Any, Any]) -> dict[str, list[int]]:
+@app.task(name=DELIVER_NOTIFICATIONS, bind=True)
+def deliver_notifications(self: SpecwatchTask) -> dict[str, list[int]]:
     """Send the due rows of the notification outbox (Slack, GitHub statuses); see :mod:`workers.notify`."""
     worker = get_worker_settings()
     report = deliver_due(session_factory(), channels(get_settings(), worker), now=utcnow, limit=worker.notify_batch_size)
     return report.as_dict()
 
 
-@app.task(
-    name=SWEEP_RUNS,
-    bind=True,
-    autoretry_for=INFRASTRUCTURE_ERRORS,
-    max_retries=3,
-    retry_backoff=2,
-    retry_backoff_max=60,
-)
-def sweep_runs(self: Task[Any, Any]) -> dict[str, list[int]]:
+@app.task(name=SWEEP_RUNS, bind=True)
+def sweep_runs(self: SpecwatchTask) -> dict[str, list[int]]:
     """Re-enqueue runs left queued past their lease or running under an expired one; give up after max attempts."""
+    sent: list[int] = []
     with session_scope(session_factory()) as session:
         report = sweep(session, now=utcnow(), queued_lease_s=get_settings().queued_lease_s)
-        lost_analyses = unanalysed(session, now=utcnow(), grace=ANALYSIS_GRACE, horizon=ANALYSIS_HORIZON)
-    for run_id in lost_analyses + report.gave_up:
-        _publish(analyse_run, run_id)
-    sent: list[int] = []
-    for run_id in report.requeued:  # after commit: a run is never enqueued before it is visibly queued
-        try:
-            run_suite.apply_async(args=(run_id,), retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
-        except INFRASTRUCTURE_ERRORS as exc:
-            log.warning("requeue_failed run_id=%s error=%s: %s (next sweep retries)", run_id, type(exc).__name__, exc)
-            continue
-        sent.append(run_id)
+        for run_id in unanalysed(session, now=utcnow(), grace=ANALYSIS_GRACE, horizon=ANALYSIS_HORIZON) + report.gave_up:
+            analyse_run.publish_after_commit(session, run_id)
+        # A run is never enqueued before it is visibly queued again; those not sent wait for the next sweep.
+        after_commit(session, lambda: sent.extend(_enqueue(report.requeued)))
     if report.requeued or report.gave_up:
         log.info("sweep requeued=%s gave_up=%s", sent, report.gave_up)
     return {"requeued": sent, "gave_up": report.gave_up}
@@ -165,16 +122,22 @@ class TaskProducer:
     """:class:`service.queue.Producer` for code running in a worker: publishes through this Celery app."""
 
     def send_run(self, run_id: int) -> None:
-        run_suite.apply_async(args=(run_id,), retry=True, retry_policy=_PUBLISH_RETRY_POLICY)
+        run_suite.apply_async(args=(run_id,), retry=True, retry_policy=PUBLISH_RETRY_POLICY)
 
 
-def _enqueue(run_ids: list[int]) -> None:
-    """Enqueue committed runs; a broker failure leaves them ``queued`` for the sweeper (logged, not raised)."""
-    enqueue_runs(TaskProducer(), run_ids)
+def _enqueue(run_ids: list[int]) -> list[int]:
+    """Enqueue committed runs, the ids sent; a broker failure leaves the rest ``queued`` for the sweeper (logged)."""
+    return enqueue_runs(TaskProducer(), run_ids)
 
 
-@app.task(name=POLL_BRANCHES, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
-def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
+def enqueue_after_commit(session: Session, run_ids: list[int]) -> None:
+    """Enqueue ``run_ids`` once ``session``'s transaction has committed; never if it rolls back."""
+    if run_ids:
+        after_commit(session, _enqueue, run_ids)
+
+
+@app.task(name=POLL_BRANCHES, bind=True)
+def poll_branches(self: SpecwatchTask) -> dict[str, Any]:
     """Poll the watched branches of the due source targets (``git ls-remote``); queue runs for new commits."""
     worker = get_worker_settings()
     report = pollers.poll_branches(
@@ -189,8 +152,8 @@ def poll_branches(self: Task[Any, Any]) -> dict[str, Any]:
     return report.as_dict()
 
 
-@app.task(name=POLL_RELEASES, bind=True, autoretry_for=INFRASTRUCTURE_ERRORS, max_retries=3, retry_backoff=2, retry_backoff_max=60)
-def poll_releases(self: Task[Any, Any]) -> dict[str, Any]:
+@app.task(name=POLL_RELEASES, bind=True)
+def poll_releases(self: SpecwatchTask) -> dict[str, Any]:
     """Poll the package index for the due pip-installed targets; queue runs for new releases."""
     worker = get_worker_settings()
     report = pollers.poll_releases(

@@ -7,10 +7,12 @@ for real worker processes (short leases, a sweep every second).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -40,6 +42,17 @@ def flush_redis() -> None:
         client.flushdb()
     finally:
         client.close()
+
+
+def queued_headers(queue: str) -> list[dict[str, Any]]:
+    """The headers of every message waiting in ``queue`` on the test's Redis, oldest first (kombu LPUSHes,
+    consumers BRPOP)."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        raw = client.lrange(queue, 0, -1)
+    finally:
+        client.close()
+    return [json.loads(item)["headers"] for item in reversed(raw)]
 
 
 def worker_environment(database_url: str, tmp_path: Path, **worker: str) -> dict[str, str]:

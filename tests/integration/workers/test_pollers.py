@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.ingest import RunOptions
-from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, RunStatus
+from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, Run, RunStatus
 from service.targets import RepoPolicy
 from tests.support.package_index import PackageIndex, serve
 from tests.support.pollers import Remote, add_target, enqueued, recorded, release_shas, runs, state, time_passes
@@ -226,6 +227,33 @@ def test_targets_without_a_poll_interval_or_installed_from_pip_are_not_branch_po
     add_target(factory, remote.url, name="releases", install=InstallMode.pip)
 
     assert tasks.poll_branches() == {"polled": [], "runs": [], "errors": {}}
+
+
+def test_runs_are_enqueued_only_once_the_record_transaction_commits(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    remote = Remote.create(tmp_path)
+    target_id = add_target(factory, remote.url, policy=CommitPolicy.every)
+    mirrors = MirrorCache(tmp_path / "mirrors", policy=RepoPolicy(allow_local=True))
+    options = RunOptions(profile="smoke", queued_lease=timedelta(minutes=5))
+    sent: list[list[int]] = []
+
+    def database_gone_when_runs_commit(session: Session) -> None:
+        if session.scalar(select(func.count()).select_from(Run)):  # the record step's transaction, not the claim's
+            raise OperationalError("COMMIT", {}, ConnectionResetError("server closed the connection"))
+
+    event.listen(factory, "before_commit", database_gone_when_runs_commit)
+    try:
+        with pytest.raises(OperationalError):
+            pollers.poll_branches(factory, mirrors=mirrors, options=options, enqueue=sent.append)
+    finally:
+        event.remove(factory, "before_commit", database_gone_when_runs_commit)
+    assert sent == []
+    assert runs(factory, target_id) == {}
+
+    time_passes(factory)
+    pollers.poll_branches(factory, mirrors=mirrors, options=options, enqueue=sent.append)
+
+    assert sent == [[run.id for run in runs(factory, target_id).values()]]
+    assert len(sent[0]) == 1
 
 
 # --- releases ------------------------------------------------------------------------------------------

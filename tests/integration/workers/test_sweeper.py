@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import ast
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Run, RunStatus
 from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
-from tests.support.workers import REDIS_URL, add_runs
+from tests.support.workers import add_runs, queued_headers
 
 # The module, not its tasks: pytest's collection would evaluate a task proxy, which configures the Celery app
 # from this process's settings before the fixtures set them.
@@ -25,14 +23,8 @@ pytestmark = pytest.mark.usefixtures("worker_env")
 
 
 def queued_messages(queue: str = "gpu") -> list[tuple[str, list[int]]]:
-    """(task name, args) of every message waiting in ``queue``, oldest first (kombu LPUSHes, consumers BRPOP)."""
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        raw = client.lrange(queue, 0, -1)
-    finally:
-        client.close()
-    messages = [json.loads(item)["headers"] for item in reversed(raw)]
-    return [(m["task"], list(ast.literal_eval(m["argsrepr"]))) for m in messages]
+    """(task name, args) of every message waiting in ``queue``, oldest first."""
+    return [(m["task"], list(ast.literal_eval(m["argsrepr"]))) for m in queued_headers(queue)]
 
 
 def set_run(factory: sessionmaker[Session], run_id: int, **values: object) -> None:

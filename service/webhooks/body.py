@@ -1,0 +1,130 @@
+"""Steps 1 and 2 of a webhook request: its body within the size limit, and its signature, before anything is parsed.
+
+A request without a well-formed ``X-Hub-Signature-256`` (or with no secret configured) is refused (401) before
+its body is read; one that declares a body over the limit is refused (413) likewise. The raw body is streamed
+through an HMAC-SHA256 with the webhook secret into a spool that holds a small body in memory and a larger one
+on disk (413 as soon as it exceeds the limit); the signature is compared in constant time (401). At most
+``webhook_max_concurrent_bodies`` bodies are read at once per process; past that, 503 with ``Retry-After`` at
+once (no queue of open connections). So the memory an unauthenticated client can hold is bounded by
+slots × spool threshold, not by the body limit (issue 14: 8 concurrent unsigned 24 MB bodies took the process
+from 129 MB to 510 MB).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import tempfile
+
+from fastapi import HTTPException, Request, status
+
+from service.deps import app_settings
+from service.logsafe import loggable
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+EVENT_HEADER = "X-GitHub-Event"
+DELIVERY_HEADER = "X-GitHub-Delivery"
+DELIVERY_ID_MAX, EVENT_MAX = 100, 50
+
+
+_SIGNATURE_FORMAT = re.compile(r"sha256=[0-9a-fA-F]{64}")
+BUSY_RETRY_AFTER_S = 5
+
+
+class BodySlots:
+    """How many webhook bodies this process is reading now, at most ``limit`` (one event loop: no lock)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.busy = limit, 0
+
+    def take(self) -> bool:
+        if self.busy >= self.limit:
+            return False
+        self.busy += 1
+        return True
+
+    def give_back(self) -> None:
+        self.busy -= 1
+
+
+def body_slots(request: Request) -> BodySlots:
+    """The application's :class:`BodySlots`, made on first use from its settings."""
+    state = request.app.state
+    slots: BodySlots | None = getattr(state, "webhook_body_slots", None)
+    if slots is None:
+        slots = state.webhook_body_slots = BodySlots(app_settings(request).webhook_max_concurrent_bodies)
+    return slots
+
+
+def _unauthorized(reason: str, request: Request) -> HTTPException:
+    log.warning("webhook_rejected reason=%s delivery=%s", reason, loggable(request.headers.get(DELIVERY_HEADER), DELIVERY_ID_MAX))
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, reason)
+
+
+async def verified_body(request: Request) -> bytes:
+    """The raw body of a request signed with the webhook secret; see the module docstring (steps 1 and 2)."""
+    settings = app_settings(request)
+    secret = settings.webhook_secret.get_secret_value()
+    header = request.headers.get(SIGNATURE_HEADER, "").strip()
+    if not secret:
+        raise _unauthorized("webhooks are refused: SPECWATCH_WEBHOOK_SECRET is not set", request)
+    if not header:
+        raise _unauthorized(f"missing {SIGNATURE_HEADER}", request)
+    if not _SIGNATURE_FORMAT.fullmatch(header):
+        raise _unauthorized(f"{SIGNATURE_HEADER} is not sha256=<64 hex digits>", request)
+    limit = settings.webhook_max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not (declared.isascii() and declared.isdigit()):
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
+        if int(declared) > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
+    slots = body_slots(request)
+    if not slots.take():
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"{slots.limit} webhook bodies are being read; retry later",
+            headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
+        )
+    try:
+        mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+        with tempfile.SpooledTemporaryFile(max_size=settings.webhook_spool_bytes) as spool:
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+                mac.update(chunk)
+                spool.write(chunk)
+            if not hmac.compare_digest(header.lower().encode(), ("sha256=" + mac.hexdigest()).encode()):
+                raise _unauthorized(f"{SIGNATURE_HEADER} does not match the body", request)
+            spool.seek(0)
+            return spool.read()
+    finally:
+        slots.give_back()
+
+
+# --- the signature, for callers with a body in hand -------------------------------------------------------
+
+
+class SignatureError(Exception):
+    """The request is not signed with our webhook secret."""
+
+
+def signature(secret: str, body: bytes) -> str:
+    """The ``X-Hub-Signature-256`` value GitHub sends for ``body``: ``sha256=<hex HMAC-SHA256>``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(secret: str, body: bytes, header: str | None) -> None:
+    """Raise :class:`SignatureError` unless ``header`` is the HMAC-SHA256 of ``body`` (constant-time compare)."""
+    if not secret:
+        raise SignatureError("webhooks are refused: SPECWATCH_WEBHOOK_SECRET is not set")
+    if not header:
+        raise SignatureError(f"missing {SIGNATURE_HEADER}")
+    if not hmac.compare_digest(header.strip().encode(), signature(secret, body).encode()):
+        raise SignatureError(f"{SIGNATURE_HEADER} does not match the body")
