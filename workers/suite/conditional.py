@@ -43,6 +43,9 @@ IntArray = NDArray[np.int64]
 
 #: Bins of the PIT histogram: the null law is uniform over them.
 PIT_BINS = 16
+#: Rows whose processing boundary (top-k gap, top-p cut) is closer than this (:func:`processing_margin`) are
+#: too close to call in float32, where libraries process: the conditional checks leave them out.
+FLOAT32_MARGIN = 1e-4
 
 
 class TokenOrder(enum.StrEnum):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.conditional import PIT_BINS, ConditionalBatch, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, ConditionalBatch, TokenOrder, conditional_batch, pit_null, processing_margin
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing
@@ -237,7 +237,7 @@ def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[flo
 
 #: Rows whose processing boundary (top-k gap, top-p cut) is closer than this are too close to call in
 #: float32, where the library processes: the conditional check leaves them out, the joint law refuses them.
-MARGIN = 1e-4
+MARGIN = FLOAT32_MARGIN
 
 
 class GreedyEquivalenceExperiment:

