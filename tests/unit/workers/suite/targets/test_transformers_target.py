@@ -100,6 +100,20 @@ def test_a_bug_patched_into_candidate_generation_fails_the_matching_case(target,
     assert result.n_trials < result.trial_cap
 
 
+def test_generate_raising_on_a_valid_input_is_a_finding_about_the_library(target, monkeypatch):
+    """An exception inside the library's generate() (here: its candidate generation) fails the end-to-end cases
+    with ``failure: raised`` and the exception as the reason, sampling and greedy alike; never a suite error."""
+    from transformers.generation import candidate_generator
+
+    def crash(self, input_ids):
+        raise IndexError("candidate generation broke")
+
+    monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "get_candidates", crash)
+    run = _run(target, ["e2e/assistant_model/plain", "e2e/greedy/assistant_model"])
+    assert [(r.verdict, r.failure) for r in run.results] == [(Verdict.FAIL, Failure.RAISED)] * 2, [r.reason for r in run.results]
+    assert all("IndexError: candidate generation broke" in r.reason for r in run.results)
+
+
 # Finding, transformers 5.24.0 (docs/findings.md, "Universal assisted generation reports a permuted q"):
 # with do_sample=True and an assistant vocabulary that is not a subset of the target's, the
 # AssistantToTargetTranslator prunes the assistant's LM head to the shared tokens in get_vocab()
