@@ -21,11 +21,10 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.models import CaseResult, InstallMode, Run, RunStatus, Verdict
+from service.models import FINISHED_STATUSES, CaseResult, InstallMode, Run, RunStatus, Verdict
 
 log = logging.getLogger(__name__)
 
-FINISHED = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled})
 _CASE_DETAIL_FIELDS = (
     "family",
     "description",
@@ -87,7 +86,7 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
     run = _lock(session, run_id)
     if run is None:
         return Skipped(run_id, "no such run")
-    if run.status in FINISHED:
+    if run.status in FINISHED_STATUSES or run.status is RunStatus.cancelled:
         return Skipped(run_id, f"already {run.status.value}")
     held = run.status == RunStatus.running and run.lease_expires_at is not None and run.lease_expires_at > now
     if held and run.worker_host != worker:

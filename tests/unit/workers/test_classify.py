@@ -1,10 +1,10 @@
-"""Run classification and case gamma (workers.analysis)."""
+"""Run classification and case gamma (workers.analysis.decisions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.analysis import CaseOutcome, Kind, case_gamma, classify
+from workers.analysis.decisions import CaseOutcome, Kind, case_gamma, classify
 
 LOSSY = CaseOutcome("direct/a/V8/g1", "fail", lossless=False, conformance=False)
 SLOWER = CaseOutcome("direct/b/V8/g3", "fail", lossless=True, conformance=False)
