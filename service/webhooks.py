@@ -37,10 +37,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Request, Response, status
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.db import session_scope
+from service.db import insert_ignoring_conflicts, session_scope
 from service.deps import ProducerDep, SessionFactoryDep, SettingsDep, app_settings
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
 from service.logsafe import loggable
@@ -335,14 +334,12 @@ def _insert_delivery(session: Session, values: dict[str, Any]) -> Delivery | Non
     A concurrent request with the same id waits for the other's transaction and then inserts nothing. This
     avoids a savepoint, which on SQLite (pysqlite) would commit the outer transaction when released.
     """
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):
+    statement = insert_ignoring_conflicts(session, Delivery, values, [Delivery.github_delivery_id])
+    if statement is None:
         delivery = Delivery(**values)
         session.add(delivery)
         session.flush()
         return delivery
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(Delivery).values(values).on_conflict_do_nothing(index_elements=[Delivery.github_delivery_id])
     delivery_id = session.scalar(statement.returning(Delivery.id))
     return None if delivery_id is None else session.get_one(Delivery, delivery_id)
 

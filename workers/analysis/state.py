@@ -58,11 +58,13 @@ def load_bisection(run: Run) -> BisectionState | None:
         return BisectionState.model_validate(stored)
     except ValidationError as exc:
         version = stored.get("version", BISECTION_STATE_VERSION) if isinstance(stored, dict) else None
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(state)'}: {e['msg']}" for e in exc.errors(include_input=False)[:3])
-        raise BisectionStateError(
-            f"run {run.id}: its stored bisection state (version {version}) cannot be read by this worker "
-            f"(version {BISECTION_STATE_VERSION}): {problems}"
-        ) from exc
+        if version != BISECTION_STATE_VERSION and isinstance(stored, dict):
+            why = f"is version {version!r}, this worker reads version {BISECTION_STATE_VERSION} only"
+        else:
+            why = "is malformed: " + "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(state)'}: {e['msg']}" for e in exc.errors(include_input=False)[:3]
+            )
+        raise BisectionStateError(f"run {run.id}: its stored bisection state {why}") from exc
 
 
 def store_bisection(run: Run, analysis: dict[str, Any], state: BisectionState) -> None:
