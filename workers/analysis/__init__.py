@@ -1,6 +1,7 @@
 """The analysis of finished runs: from a failing run to a confirmed alert at its first bad commit.
 
-The path and each module's job are in ``docs/architecture.md`` (section 5, "The analysis"). In short:
+The path and each module's job are in ``docs/architecture.md`` (the module table, and stage 3 of "Follow one
+push"). In short:
 :mod:`~workers.analysis.run` dispatches a finished run by purpose; :mod:`~workers.analysis.primary` triages a
 new commit's run (:mod:`~workers.analysis.triage`), queues its confirmation, checks drift
 (:mod:`~workers.analysis.drift`) and resolves recovered alerts (:mod:`~workers.analysis.resolution`);
