@@ -13,15 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class Kind(StrEnum):
-    """What an alert is about."""
-
-    VIOLATION = "violation"  # losslessness fails: emitted tokens do not follow the target law
-    PERFORMANCE = "performance"  # lossless, but the acceptance behaviour changed (conformance fails)
-    BROKEN = "broken"  # the commit does not import or crashes the suite: not a statistical finding
-    EXCEPTION = "exception"  # the sampler raised on a valid input: a finding about the sampler, not a broken commit
-
+from service.models import AlertKind
 
 #: The layers a case can fail in, and what a failure of the target itself is called (an alert entry's reason).
 LOSSLESS, CONFORMANCE, RAISED = "lossless", "conformance", "exception"
@@ -182,7 +174,7 @@ class CaseOutcome:
     raised: bool = False  # the target raised on a valid input (a failing case)
 
 
-def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None, list[str]]:
+def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind | None, list[str]]:
     """What a finished run says about its commit: the alert kind it calls for and the cases behind it.
 
     The per-case verdicts already carry the run's family-wise control (each case rejects at E >= m/alpha,
@@ -194,17 +186,17 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None
     regression. A passing run calls for nothing (None, []).
     """
     if run_status == "error":
-        return Kind.BROKEN, []
+        return AlertKind.broken, []
     failing = [c for c in cases if c.verdict == "fail"]
     if run_status != "failed" or not failing:
         return None, []
     lossy = [c.case_id for c in failing if c.lossless is False]
     if lossy:
-        return Kind.VIOLATION, lossy
+        return AlertKind.violation, lossy
     raised = [c.case_id for c in failing if c.raised]
     if raised:
-        return Kind.EXCEPTION, raised
-    return Kind.PERFORMANCE, [c.case_id for c in failing]
+        return AlertKind.exception, raised
+    return AlertKind.performance, [c.case_id for c in failing]
 
 
 _GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")

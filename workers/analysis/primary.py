@@ -18,7 +18,6 @@ from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
 from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, child_run
-from workers.analysis.decisions import Kind
 from workers.analysis.drift import drifting_cases
 from workers.analysis.resolution import resolve_recovered
 from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases
@@ -27,16 +26,16 @@ from workers.notify import queue_commit_status
 
 def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
     session, config, report = ctx.session, ctx.config, ctx.report
-    kind = Kind(analysis["kind"]) if analysis["kind"] else None
-    if kind in (Kind.VIOLATION, Kind.PERFORMANCE):
+    kind = AlertKind(analysis["kind"]) if analysis["kind"] else None
+    if kind in (AlertKind.violation, AlertKind.performance):
         kind, analysis["failing"], analysis["known_failing"] = new_failures(session, run, cases)
         analysis["kind"] = report.kind = kind.value if kind else None
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure"}.get(run.status, "error")
-    confirming = kind is not None and kind is not Kind.BROKEN and config.confirm_failures
+    confirming = kind is not None and kind is not AlertKind.broken and config.confirm_failures
     report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
     analysis["unchanged_cases"] = unchanged_cases(session, run, cases)
-    if kind is Kind.BROKEN:
+    if kind is AlertKind.broken:
         broken = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
         open_alert(ctx, run, AlertKind.broken, commit, [broken])
     elif kind is not None and config.confirm_failures:
@@ -44,7 +43,7 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
         analysis["confirmation_run_id"] = confirmation.id if confirmation else None
     elif kind is not None:
         entries = [entry(cases[c], failure_reason(cases[c])) for c in analysis["failing"]]
-        start_bisection(ctx, run, AlertKind(kind.value), entries, analysis, confirmation=None)
+        start_bisection(ctx, run, kind, entries, analysis, confirmation=None)
     drifting = drifting_cases(session, run, cases, config)
     if drifting:
         analysis["drift"] = [e["case_id"] for e in drifting]

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service.history import open_alerts, previous_tested_run
 from service.models import AlertKind, CaseResult, Run, Verdict
 from workers.analysis.context import load_cases
-from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseOutcome, Kind
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseOutcome
 
 
 def raised(case: CaseResult) -> bool:
@@ -56,7 +56,7 @@ def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
     return {(e["case_id"], e.get("reason", "")) for alert in alerts for e in alert.cases}
 
 
-def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[Kind | None, list[str], list[str]]:
+def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[AlertKind | None, list[str], list[str]]:
     """The run's kind and failing cases once the known failures are set aside, and the known ones.
 
     A known case keeps failing until its alert resolves, and counting it again would make every later
@@ -72,12 +72,12 @@ def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tu
     already = [c.case_id for c in failing if c not in fresh]
     lossy = [c.case_id for c in fresh if failure_reason(c) == LOSSLESS]
     if lossy:
-        return Kind.VIOLATION, lossy, already
+        return AlertKind.violation, lossy, already
     exceptions = [c.case_id for c in fresh if failure_reason(c) == RAISED]
     if exceptions:
-        return Kind.EXCEPTION, exceptions, already
+        return AlertKind.exception, exceptions, already
     if fresh:
-        return Kind.PERFORMANCE, [c.case_id for c in fresh], already
+        return AlertKind.performance, [c.case_id for c in fresh], already
     return None, [], already
 
 

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
+from service.models import AlertKind
 from workers.analysis.decisions import (
     AcceptanceSample,
     CaseEvidence,
     CaseOutcome,
     CheckEvidence,
     CommitOutcome,
-    Kind,
     acceptance_drift,
     bisect,
     classify,
@@ -90,11 +90,11 @@ def test_confirmation_false_alarm_rate_under_the_null():
 
 def test_a_target_that_raised_is_its_own_kind():
     cases = [CaseOutcome("a", "fail", None, None, raised=True), CaseOutcome("b", "pass", True, True)]
-    assert classify("failed", cases) == (Kind.EXCEPTION, ["a"])
+    assert classify("failed", cases) == (AlertKind.exception, ["a"])
     lossy = [*cases, CaseOutcome("c", "fail", False, False)]
-    assert classify("failed", lossy) == (Kind.VIOLATION, ["c"])  # a lossless failure is worse news
-    assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (Kind.PERFORMANCE, ["d"])
-    assert classify("error", cases) == (Kind.BROKEN, [])
+    assert classify("failed", lossy) == (AlertKind.violation, ["c"])  # a lossless failure is worse news
+    assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (AlertKind.performance, ["d"])
+    assert classify("error", cases) == (AlertKind.broken, [])
 
 
 def test_acceptance_drift_is_calibrated_and_detects_a_drop():
