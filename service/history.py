@@ -7,8 +7,8 @@ the analysis cannot disagree:
 - which commits are on a branch (:func:`on_branch`);
 - which run is the **previous tested run** of a run (:func:`previous_tested_run`): the newest run of the same
   profile that is *tested* (``passed`` or ``failed``: a complete verdict; an ``error`` run's results are partial)
-  and is not a ``confirmation`` run (it draws fresh seeds, so its output fingerprints are not comparable), on
-  the nearest earlier commit of the same branch that has one. The run page's "same as previous" and the
+  and is not a ``confirmation`` run (it re-tests a commit whose own run, the failing one it confirms, is
+  already there), on the nearest earlier commit of the same branch that has one. The run page's "same as previous" and the
   analysis's ``unchanged_cases`` both compare fingerprints with this run;
 - which alerts of a branch are still open at a commit (:func:`open_alerts`).
 
@@ -42,8 +42,8 @@ def alert_branch(commit: Commit) -> str:
 def earlier_runs(commit: Commit, profile: str) -> Select[Run]:
     """The non-confirmation runs of ``profile`` on the commits of ``commit``'s branch before it (any status).
 
-    Confirmation runs are left out: they test a commit again with fresh seeds, so their figures are not the
-    commit's own (a drift baseline or an output fingerprint would mix seeds).
+    Confirmation runs are left out: each re-tests (with fresh seeds) a commit whose own run is already there,
+    the failing run it confirms, so counting it would weigh that commit twice.
     """
     return (
         select(Run)

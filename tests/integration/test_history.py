@@ -3,7 +3,8 @@
 Branch ``main`` of ``lib``: commit 1 has a passed run; commit 2 a failed primary run and, newer, its
 confirmation (fresh seeds); commit 3 an ``error`` run with partial results and a passed run of another
 profile; commit 4 the run asked about. Its previous tested run is commit 2's primary run: the error run
-is not tested, the other profile's run and the confirmation run are not comparable.
+is not tested, the other profile's run is another test, and the confirmation run re-tests the commit
+whose own run is the primary one.
 """
 
 from __future__ import annotations
