@@ -7,7 +7,8 @@ Unknown names raise :class:`NotFoundError`; bad input (a cursor, an ambiguous sh
 
 Branch history is ordered by ``branch_order`` (increasing along the branch) and read newest first. A commit
 stands for its latest run (highest run id); a case on a commit for that case's result in the latest run that
-has it.
+has it. The questions the readers share with the analysis (a branch's commits, the previous tested run, the
+open alerts of a branch) are answered in :mod:`service.history`, so the two cannot disagree.
 """
 
 from service.queries.alerts import AlertRow, AlertStateError, alerts_by_state, get_alert, list_alerts, set_alert_state
