@@ -7,12 +7,13 @@ dependency, a task wrapper, :func:`session_scope`) commits, so two domain functi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, Insert, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import get_settings
@@ -77,3 +78,20 @@ def session_scope(factory: sessionmaker[Session] | None = None) -> Iterator[Sess
         raise
     finally:
         session.close()
+
+
+def insert_ignoring_conflicts(
+    session: Session, model: type[Any], values: dict[str, Any] | list[dict[str, Any]], keys: Sequence[Any]
+) -> Insert | None:
+    """``INSERT .. ON CONFLICT (keys) DO NOTHING`` of ``values`` into ``model``'s table, for the session's dialect.
+
+    The idempotent insert of a row whose unique key may already exist (a redelivered webhook, a poll state a
+    concurrent poller added, an alert two workers open): add ``.returning(...)`` to learn whether this insert
+    made the row. None on a dialect without it (the caller falls back to reading first).
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(model).values(values).on_conflict_do_nothing(index_elements=keys)
+    if dialect == "sqlite":
+        return sqlite.insert(model).values(values).on_conflict_do_nothing(index_elements=keys)
+    return None

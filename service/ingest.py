@@ -26,6 +26,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.commit_status import queue_status
+from service.history import on_branch
 from service.models import Commit, CommitPolicy, Run, RunPurpose, RunStatus, Target
 from service.releases import release_sha
 from service.settings import Settings
@@ -83,8 +84,7 @@ def record_commits(session: Session, target: Target, branch: str | None, commits
     """
     shas = [c.sha for c in commits]
     known = {c.sha: c for c in session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.sha.in_(shas)))}
-    on_branch = Commit.branch.is_(None) if branch is None else Commit.branch == branch
-    order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, on_branch)) or 0
+    order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, on_branch(branch))) or 0
     new = 0
     for described in commits:
         if described.sha in known:
@@ -155,7 +155,7 @@ def order_releases(session: Session, target: Target, ordered_versions: Sequence[
     order; releases not listed keep their order after the listed ones.
     """
     rank = {release_sha(version): i for i, version in enumerate(ordered_versions, start=1)}
-    releases = session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.branch.is_(None))).all()
+    releases = session.scalars(select(Commit).where(Commit.target_id == target.id, on_branch(None))).all()
     unlisted = sorted((c for c in releases if c.sha not in rank), key=lambda c: (c.branch_order or 0, c.id))
     for offset, commit in enumerate(unlisted, start=len(rank) + 1):
         rank[commit.sha] = offset

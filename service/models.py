@@ -107,6 +107,12 @@ class RunStatus(enum.StrEnum):
     cancelled = "cancelled"
 
 
+#: A run that ran to its end: its outcome is stored (passed, failed) or it could not test its commit
+#: (error). The one definition of "finished": the analysis reads only these runs, and no worker claims one
+#: again (nor a ``cancelled`` run).
+FINISHED_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error})
+
+
 class RunPurpose(enum.StrEnum):
     primary = "primary"  # queued for a new commit (webhook, poller)
     confirmation = "confirmation"  # the same commit again with fresh seeds, confirming a failing run

@@ -50,6 +50,7 @@ from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import WorkerSettings
+from workers.suite.results import ResultSchemaError, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -275,22 +276,31 @@ def _last_line(text: str) -> str:
 
 
 def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: str | None, profile: str) -> RunOutcome:
-    """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error."""
-    result = outcome.result
-    environment: dict[str, Any] = (result or {}).get("environment") or {}
-    verdict = (result or {}).get("verdict")
+    """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error.
+
+    The result file is read as :class:`~workers.suite.results.RunResult` (:meth:`~workers.suite.results.RunResult.from_json`
+    checks its ``schema``); one this worker cannot read makes the run an error that says why.
+    """
+    unreadable = None
+    try:
+        result = None if outcome.result is None else RunResult.from_json(outcome.result)
+    except ResultSchemaError as exc:
+        result, unreadable = None, str(exc)
+    verdict = result.verdict.value if result is not None else None
     common: dict[str, Any] = {
         "log_tail": outcome.stderr_tail or None,
-        "device": (result or {}).get("device") or command.device,
+        "device": (result.device if result is not None else None) or command.device,
         "library_version": library_version,
-        "torch_version": environment.get("torch"),
-        "python_version": environment.get("python"),
+        "torch_version": result.environment.get("torch") if result is not None else None,
+        "python_version": result.environment.get("python") if result is not None else None,
         "seed": command.seed,
-        "cases": list((result or {}).get("results") or []),
+        "cases": result.results if result is not None else (),
     }
     if outcome.timed_out:
         error = f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
         return RunOutcome(RunStatus.error, error=error, **common)
+    if unreadable is not None:
+        return RunOutcome(RunStatus.error, error=f"the suite's result file cannot be read by this worker: {unreadable}", **common)
     code = outcome.exit_code
     if code == 0 and verdict == "pass":
         return RunOutcome(RunStatus.passed, **common)

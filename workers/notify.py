@@ -45,12 +45,6 @@ MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
 MAX_HEADER_TEXT = 150
 MAX_FALLBACK_TEXT = 3000
-KIND_TITLES = {
-    AlertKind.violation: "Losslessness violation",
-    AlertKind.performance: "Performance regression",
-    AlertKind.broken: "Broken commit",
-    AlertKind.exception: "Sampler exception on a valid input",
-}
 
 
 @dataclass(frozen=True)

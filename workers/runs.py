@@ -12,20 +12,20 @@ worker died) and gives up, with a clear error, once ``attempt`` reached ``max_at
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.models import CaseResult, InstallMode, Run, RunStatus, Verdict
+from service.models import FINISHED_STATUSES, CaseResult, InstallMode, Run, RunStatus, Verdict
+from workers.suite import results as suite
 
 log = logging.getLogger(__name__)
 
-FINISHED = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled})
 _CASE_DETAIL_FIELDS = (
     "family",
     "description",
@@ -87,7 +87,7 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
     run = _lock(session, run_id)
     if run is None:
         return Skipped(run_id, "no such run")
-    if run.status in FINISHED:
+    if run.status in FINISHED_STATUSES or run.status is RunStatus.cancelled:
         return Skipped(run_id, f"already {run.status.value}")
     held = run.status == RunStatus.running and run.lease_expires_at is not None and run.lease_expires_at > now
     if held and run.worker_host != worker:
@@ -148,7 +148,7 @@ class RunOutcome:
     torch_version: str | None = None
     python_version: str | None = None
     seed: int | None = None
-    cases: list[dict[str, Any]] = field(default_factory=list)
+    cases: tuple[suite.CaseResult, ...] = ()
 
 
 def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutcome, *, now: datetime) -> bool:
@@ -170,45 +170,45 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
     return True
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+def _float(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
-def _layer(value: Any) -> bool | None:
-    return {"pass": True, "fail": False}.get(value) if isinstance(value, str) else None
+def _layer(verdict: suite.Verdict) -> bool | None:
+    return {suite.Verdict.PASS: True, suite.Verdict.FAIL: False}.get(verdict)
 
 
-def case_result_row(run_id: int, case: dict[str, Any]) -> CaseResult:
-    """One suite case result (``schema`` 1 or 2) as a row; what has no column goes to ``details``.
+def case_result_row(run_id: int, case: suite.CaseResult) -> CaseResult:
+    """One suite case result as a row; what has no column goes to ``details`` (as the suite wrote it).
 
-    Schema 2 adds each check's stopped e-value (what confirmation multiplies), the case's ``failure``
+    ``details`` keeps each check's stopped e-value (what confirmation multiplies), the case's ``failure``
     (``raised``: the target raised on a valid input), its ``headline`` check and that check's current e-value.
     """
-    tv_ci = case.get("tv_ci") or (None, None)
-    acceptance = case.get("acceptance") or {}
-    seed = case.get("seed")
+    tv_low, tv_high = case.tv_ci or (None, None)
+    written = case.to_dict()
     return CaseResult(
         run_id=run_id,
-        case_id=str(case["case_id"]),
-        verdict=Verdict(case["verdict"]),
-        lossless=_layer(case.get("lossless")),
-        conformance=_layer(case.get("conformance")),
-        n_trials=case.get("n_trials"),
-        e_value=_float(case.get("e_value")),
-        log_e_value=_float(case.get("log_e_value")),
-        p_value=_float(case.get("p_value")),
-        threshold=_float(case.get("threshold")),
-        tv_estimate=_float(case.get("tv_estimate")),
-        tv_low=_float(tv_ci[0]),
-        tv_high=_float(tv_ci[1]),
-        acceptance_observed=_float(acceptance.get("observed")),
-        acceptance_expected=_float(acceptance.get("expected")),
-        counts_digest=case.get("counts_digest"),
-        fingerprint=case.get("fingerprint"),
-        duration_s=_float(case.get("duration_s")),
-        seed=seed if isinstance(seed, int) and 0 <= seed < 2**63 else None,
-        device=case.get("device"),
-        details={key: case[key] for key in _CASE_DETAIL_FIELDS if key in case},
+        case_id=case.case_id,
+        verdict=Verdict(case.verdict.value),
+        lossless=_layer(case.lossless),
+        conformance=_layer(case.conformance),
+        n_trials=case.n_trials,
+        e_value=_float(case.e_value),
+        log_e_value=_float(case.log_e_value),
+        p_value=_float(case.p_value),
+        threshold=_float(case.threshold),
+        tv_estimate=_float(case.tv_estimate),
+        tv_low=_float(tv_low),
+        tv_high=_float(tv_high),
+        acceptance_observed=_float(case.acceptance.observed),
+        acceptance_expected=_float(case.acceptance.expected),
+        counts_digest=case.counts_digest,
+        fingerprint=case.fingerprint,
+        duration_s=_float(case.duration_s),
+        seed=case.seed if 0 <= case.seed < 2**63 else None,
+        device=case.device,
+        # JSON values, as the suite wrote them and as they read back (lists, strings), not tuples and enums.
+        details=json.loads(json.dumps({key: written[key] for key in _CASE_DETAIL_FIELDS})),
     )
 
 

@@ -10,7 +10,7 @@ backoff and a cap), and messages about rows sent from the unit of work that made
 into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent; whatever a commit
 or the suite does is recorded on the run, never retried.
 
-``workers.analyse_run(run_id)`` analyses a finished run (:func:`workers.alerts.analyse`: confirmation,
+``workers.analyse_run(run_id)`` analyses a finished run (:func:`workers.analysis.analyse`: confirmation,
 bisection, drift, alerts), enqueued by ``run_suite`` when the run finished (and by the sweeper for a finished
 run whose message was lost); ``workers.deliver_notifications()`` sends the outbox (:mod:`workers.notify`).
 """
@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session
 from service.after_commit import after_commit
 from service.db import session_factory, session_scope
 from service.ingest import RunOptions
+from service.models import FINISHED_STATUSES
 from service.queue import enqueue_runs
 from service.settings import Settings, get_settings
 from service.targets import RepoPolicy
 from workers import pollers
-from workers.alerts import AnalysisConfig, analyse, unanalysed
+from workers.analysis import AnalysisConfig, analyse, unanalysed
 from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
 from workers.checkout import MirrorCache
 from workers.execution import execute_run, utcnow
@@ -51,7 +52,6 @@ def run_suite(self: SpecwatchTask, run_id: int) -> dict[str, Any]:
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
 
 
-FINISHED_STATUSES = frozenset({"passed", "failed", "error"})
 #: A finished run still unanalysed this long after it finished lost its analyse_run message: the sweeper
 #: enqueues it again (runs older than the horizon are left alone: they predate the analysis).
 ANALYSIS_GRACE = timedelta(minutes=10)

@@ -12,9 +12,9 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.db import insert_ignoring_conflicts
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.targets import repo_key
@@ -74,14 +74,12 @@ def _insert_delivery(session: Session, values: dict[str, Any]) -> Delivery | Non
     A concurrent request with the same id waits for the other's transaction and then inserts nothing. This
     avoids a savepoint, which on SQLite (pysqlite) would commit the outer transaction when released.
     """
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):
+    statement = insert_ignoring_conflicts(session, Delivery, values, [Delivery.github_delivery_id])
+    if statement is None:
         delivery = Delivery(**values)
         session.add(delivery)
         session.flush()
         return delivery
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(Delivery).values(values).on_conflict_do_nothing(index_elements=[Delivery.github_delivery_id])
     delivery_id = session.scalar(statement.returning(Delivery.id))
     return None if delivery_id is None else session.get_one(Delivery, delivery_id)
 

@@ -26,6 +26,9 @@ from service.settings import get_settings
 from tests.support.toy_target import ToyRepo
 from workers.celery_app import app, celery_config
 from workers.settings import get_worker_settings
+from workers.suite.results import Acceptance
+from workers.suite.results import CaseResult as SuiteCaseResult
+from workers.suite.results import Verdict as SuiteVerdict
 
 # A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
 # 13 and above are left to the control plane's tests.
@@ -167,3 +170,33 @@ def worker_env(
 @pytest.fixture
 def toy_repo(tmp_path: Path) -> ToyRepo:
     return ToyRepo.create(tmp_path / "toy")
+
+
+def suite_case(case_id: str, verdict: str) -> SuiteCaseResult:
+    """A suite case result with plain figures (what a worker reads from the suite's result file)."""
+    v = SuiteVerdict(verdict)
+    return SuiteCaseResult(
+        case_id=case_id,
+        family=case_id.split("/", maxsplit=1)[0],
+        description="",
+        verdict=v,
+        reason="",
+        lossless=v,
+        conformance=SuiteVerdict.PASS,
+        n_trials=1000,
+        trial_cap=1000,
+        powered=True,
+        e_value=1.0,
+        log_e_value=0.0,
+        p_value=None,
+        threshold=100.0,
+        tv_estimate=None,
+        tv_ci=None,
+        acceptance=Acceptance(None, None),
+        counts_digest="",
+        fingerprint="",
+        duration_s=0.1,
+        seed=1,
+        attempt=0,
+        device="cpu",
+    )

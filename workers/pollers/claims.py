@@ -11,10 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import session_scope
+from service.db import insert_ignoring_conflicts, session_scope
 from service.models import Commit, InstallMode, PollKind, PollState, Target
 
 ERROR_MAX = 2000
@@ -79,11 +78,9 @@ def _due_targets(session: Session, kind: PollKind, release_interval_s: int) -> l
 def _insert_missing_states(session: Session, rows: list[dict[str, Any]]) -> None:
     """A poll state per (target, kind, ref) that has none: ``INSERT .. ON CONFLICT DO NOTHING`` (a concurrent
     poller may insert the same rows)."""
-    dialect = session.get_bind().dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        keys = [PollState.target_id, PollState.kind, PollState.ref]
-        session.execute(insert(PollState).values(rows).on_conflict_do_nothing(index_elements=keys))
+    statement = insert_ignoring_conflicts(session, PollState, rows, [PollState.target_id, PollState.kind, PollState.ref])
+    if statement is not None:
+        session.execute(statement)
         return
     existing = {(s.target_id, s.kind, s.ref) for s in session.scalars(select(PollState))}
     session.add_all(PollState(**row) for row in rows if (row["target_id"], row["kind"], row["ref"]) not in existing)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 #: Bump when a field is added, removed or changes meaning. 2: checks carry their stopped e-value
@@ -15,6 +15,10 @@ from typing import Any
 RESULT_SCHEMA = 2
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
+
+
+class ResultSchemaError(ValueError):
+    """A run result that this reader cannot take: another ``schema``, or not the shape that schema says."""
 
 
 class Failure(enum.StrEnum):
@@ -109,6 +113,29 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Any) -> CaseResult:
+        """A case as :meth:`to_dict` wrote it (parsed JSON), checked: :class:`ResultSchemaError` if it is not one."""
+        name = f"case {data.get('case_id')!r}" if isinstance(data, dict) else "case"
+        case = _fields(cls, data, name)
+        try:
+            failure = case.get("failure")
+            typed = {
+                "verdict": Verdict(case["verdict"]),
+                "lossless": Verdict(case["lossless"]),
+                "conformance": Verdict(case["conformance"]),
+                "tv_ci": None if case.get("tv_ci") is None else _pair(case["tv_ci"]),
+                "acceptance": Acceptance(**_fields(Acceptance, case["acceptance"], f"{name} acceptance")),
+                "checks": tuple(_check(c, name) for c in case.get("checks", ())),
+                "failure": None if failure is None else Failure(failure),
+                "certain": tuple(str(layer) for layer in case.get("certain", ())),
+            }
+            return cls(**(case | typed))
+        except ResultSchemaError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultSchemaError(f"{name}: {type(exc).__name__}: {exc}") from exc
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -129,6 +156,54 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunResult:
+        """The run result that :meth:`to_dict` wrote (parsed JSON), as frozen dataclasses.
+
+        Reads :data:`RESULT_SCHEMA` only: another ``schema`` (a suite older or newer than this reader), a missing
+        or unknown field, or a value of the wrong kind raises :class:`ResultSchemaError` saying which.
+        """
+        run = _fields(cls, data, "run result")
+        if not isinstance(run.get("results", []), list):
+            raise ResultSchemaError(f"run result: results: expected a list, got {type(run['results']).__name__}")
+        try:
+            typed = {
+                "verdict": Verdict(run["verdict"]),
+                "environment": {str(k): str(v) for k, v in dict(run["environment"]).items()},
+                "results": tuple(CaseResult.from_json(c) for c in run.get("results", ())),
+            }
+            return cls(**(run | typed))
+        except ResultSchemaError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultSchemaError(f"run result: {type(exc).__name__}: {exc}") from exc
+
+
+def _fields(cls: type[Any], data: Any, what: str) -> dict[str, Any]:
+    """``data`` as keyword arguments of ``cls``, once it is checked to be an object of ``cls``'s fields at this ``schema``."""
+    if not isinstance(data, dict):
+        raise ResultSchemaError(f"{what}: expected an object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    if "schema" in names and data.get("schema") != RESULT_SCHEMA:
+        raise ResultSchemaError(f"{what}: schema {data.get('schema')!r}, this reader reads schema {RESULT_SCHEMA}")
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ResultSchemaError(f"{what}: unknown fields {', '.join(unknown)}")
+    return dict(data)
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    low, high = value
+    return (float(low), float(high))
+
+
+def _check(data: Any, case: str) -> CheckResult:
+    check = _fields(CheckResult, data, f"{case} check")
+    try:
+        return CheckResult(**(check | {"tv_ci": _pair(check["tv_ci"])}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultSchemaError(f"{case} check {check.get('name')!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def run_verdict(results: tuple[CaseResult, ...]) -> Verdict:

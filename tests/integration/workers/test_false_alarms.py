@@ -59,7 +59,7 @@ def test_200_clean_commits_raise_no_alert(factory: sessionmaker[Session]) -> Non
         failed_runs += status is RunStatus.failed
         with session_scope(factory) as session:
             claim_run(session, run_id, worker="test:1", now=datetime.now(UTC), lease_s=60)
-            outcome = RunOutcome(status, seed=run_seed(sha), cases=[r.to_dict() for r in result.results])
+            outcome = RunOutcome(status, seed=run_seed(sha), cases=result.results)
             assert record_outcome(session, run_id, 1, outcome, now=datetime.now(UTC))
         report = tasks.analyse_run(run_id)
         assert report["outcome"] == "analysed"

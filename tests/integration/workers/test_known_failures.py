@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
-from workers.alerts import AnalysisConfig, analyse
+from workers.analysis import AnalysisConfig, analyse
 from workers.notify import NotifyConfig
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"

@@ -28,7 +28,7 @@ from service.models import (
     Verdict,
 )
 from tests.support.http_fakes import block_kit_problems, fake_server
-from workers.alerts import AnalysisConfig, analyse
+from workers.analysis import AnalysisConfig, analyse
 from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
 
 SLACK_PATH = "/services/T000/B000/secret-part"

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.models import CaseResult, Run, RunStatus, Verdict
 from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SLOW, ToyRepo
-from tests.support.workers import WEBHOOK_SECRET, add_runs
+from tests.support.workers import WEBHOOK_SECRET, add_runs, suite_case
 
 # The module, not its tasks: pytest's collection would evaluate a task proxy, which configures the Celery app
 # from this process's settings before the fixtures set them.
@@ -105,11 +105,11 @@ def test_only_the_attempt_holding_the_run_stores_results(factory: sessionmaker[S
     with session_scope(factory) as session:  # its lease expired: a second worker takes over
         claim_run(session, run_id, worker="live-host:2", now=now, lease_s=60)
 
-    case = {"case_id": "direct/far_apart/V8/g1", "verdict": "fail"}
+    case = "direct/far_apart/V8/g1"
     with session_scope(factory) as session:
-        stale = record_outcome(session, run_id, 1, RunOutcome(RunStatus.failed, cases=[case]), now=now)
+        stale = record_outcome(session, run_id, 1, RunOutcome(RunStatus.failed, cases=(suite_case(case, "fail"),)), now=now)
     with session_scope(factory) as session:
-        current = record_outcome(session, run_id, 2, RunOutcome(RunStatus.passed, cases=[{**case, "verdict": "pass"}]), now=now)
+        current = record_outcome(session, run_id, 2, RunOutcome(RunStatus.passed, cases=(suite_case(case, "pass"),)), now=now)
 
     assert (stale, current) == (False, True)
     assert load(factory, run_id).status == RunStatus.passed

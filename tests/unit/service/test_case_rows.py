@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.models import CaseResult, Verdict
-from service.queries import _case_row
+from service.queries.runs import _case_row
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis import (
+from service.models import AlertKind
+from workers.analysis.decisions import (
     AcceptanceSample,
     CaseEvidence,
     CaseOutcome,
     CheckEvidence,
-    Kind,
-    Outcome,
+    CommitOutcome,
     acceptance_drift,
     bisect,
     classify,
@@ -90,11 +90,11 @@ def test_confirmation_false_alarm_rate_under_the_null():
 
 def test_a_target_that_raised_is_its_own_kind():
     cases = [CaseOutcome("a", "fail", None, None, raised=True), CaseOutcome("b", "pass", True, True)]
-    assert classify("failed", cases) == (Kind.EXCEPTION, ["a"])
+    assert classify("failed", cases) == (AlertKind.exception, ["a"])
     lossy = [*cases, CaseOutcome("c", "fail", False, False)]
-    assert classify("failed", lossy) == (Kind.VIOLATION, ["c"])  # a lossless failure is worse news
-    assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (Kind.PERFORMANCE, ["d"])
-    assert classify("error", cases) == (Kind.BROKEN, [])
+    assert classify("failed", lossy) == (AlertKind.violation, ["c"])  # a lossless failure is worse news
+    assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (AlertKind.performance, ["d"])
+    assert classify("error", cases) == (AlertKind.broken, [])
 
 
 def test_acceptance_drift_is_calibrated_and_detects_a_drop():
@@ -115,27 +115,27 @@ def test_acceptance_drift_is_calibrated_and_detects_a_drop():
     assert acceptance_drift(sample(0.6), [], alpha=1e-3) is None
 
 
-def _run_bisection(commits: list[str], first_bad: int, outcomes: dict[str, Outcome]) -> tuple[str | None, int]:
+def _run_bisection(commits: list[str], first_bad: int, outcomes: dict[str, CommitOutcome]) -> tuple[str | None, int]:
     runs = 0
     while True:
         state = bisect(commits, outcomes)
         if state.next_to_test is None:
             return state.first_bad, runs
         runs += 1
-        outcomes[state.next_to_test] = Outcome.BAD if commits.index(state.next_to_test) >= first_bad else Outcome.GOOD
+        outcomes[state.next_to_test] = CommitOutcome.BAD if commits.index(state.next_to_test) >= first_bad else CommitOutcome.GOOD
 
 
 @pytest.mark.parametrize("first_bad", range(1, 9))
 def test_bisection_finds_the_first_bad_commit_in_log_runs(first_bad):
     commits = [f"c{i}" for i in range(9)]  # c0 tested good, c1..c8 pushed together, head c8 tested bad
-    found, runs = _run_bisection(commits, first_bad, {"c0": Outcome.GOOD, "c8": Outcome.BAD})
+    found, runs = _run_bisection(commits, first_bad, {"c0": CommitOutcome.GOOD, "c8": CommitOutcome.BAD})
     assert found == f"c{first_bad}"
     assert runs <= math.ceil(math.log2(8))
 
 
 def test_bisection_skips_broken_commits_and_needs_a_good_one():
     commits = ["a", "b", "c", "d"]
-    state = bisect(commits, {"a": Outcome.GOOD, "b": Outcome.UNKNOWN, "c": Outcome.UNKNOWN, "d": Outcome.BAD})
+    state = bisect(commits, {"a": CommitOutcome.GOOD, "b": CommitOutcome.UNKNOWN, "c": CommitOutcome.UNKNOWN, "d": CommitOutcome.BAD})
     assert (state.first_bad, state.next_to_test, state.last_good) == ("d", None, "a")
-    assert bisect(commits, {"c": Outcome.BAD}).first_bad == "c"
-    assert bisect(commits, {"a": Outcome.GOOD}).first_bad is None
+    assert bisect(commits, {"c": CommitOutcome.BAD}).first_bad == "c"
+    assert bisect(commits, {"a": CommitOutcome.GOOD}).first_bad is None

@@ -1,10 +1,11 @@
-"""Run classification and case gamma (workers.analysis)."""
+"""Run classification and case gamma (workers.analysis.decisions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.analysis import CaseOutcome, Kind, case_gamma, classify
+from service.models import AlertKind
+from workers.analysis.decisions import CaseOutcome, case_gamma, classify
 
 LOSSY = CaseOutcome("direct/a/V8/g1", "fail", lossless=False, conformance=False)
 SLOWER = CaseOutcome("direct/b/V8/g3", "fail", lossless=True, conformance=False)
@@ -15,13 +16,13 @@ FINE = CaseOutcome("direct/c/V8/g3", "pass", lossless=True, conformance=True)
     ("status", "cases", "expected"),
     [
         ("passed", [FINE], (None, [])),
-        ("failed", [FINE, SLOWER], (Kind.PERFORMANCE, ["direct/b/V8/g3"])),
-        ("failed", [LOSSY, SLOWER], (Kind.VIOLATION, ["direct/a/V8/g1"])),
-        ("error", [LOSSY], (Kind.BROKEN, [])),  # a broken commit is never a violation
-        ("error", [], (Kind.BROKEN, [])),
+        ("failed", [FINE, SLOWER], (AlertKind.performance, ["direct/b/V8/g3"])),
+        ("failed", [LOSSY, SLOWER], (AlertKind.violation, ["direct/a/V8/g1"])),
+        ("error", [LOSSY], (AlertKind.broken, [])),  # a broken commit is never a violation
+        ("error", [], (AlertKind.broken, [])),
     ],
 )
-def test_classify(status: str, cases: list[CaseOutcome], expected: tuple[Kind | None, list[str]]) -> None:
+def test_classify(status: str, cases: list[CaseOutcome], expected: tuple[AlertKind | None, list[str]]) -> None:
     assert classify(status, cases) == expected
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,6 +15,8 @@ from workers.celery_app import celery_config
 from workers.execution import interpret, run_seed
 from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir, suite_environment
 from workers.settings import WorkerSettings
+from workers.suite.results import RunResult
+from workers.suite.results import Verdict as SuiteVerdict
 
 
 def test_queues_routes_and_limits() -> None:
@@ -121,7 +125,7 @@ COMMAND = SuiteCommand("python", "t:f", (), 7, "cpu", (), 60, None)
 def test_the_status_needs_the_exit_status_and_the_verdict_to_agree(
     exit_code: int, verdict: str | None, status: RunStatus, error: str | None
 ) -> None:
-    result = None if verdict is None else {"verdict": verdict, "results": [], "environment": {"torch": "2.13"}, "device": "cpu:x86_64"}
+    result = None if verdict is None else _written(verdict)
     outcome = SuiteOutcome(exit_code, timed_out=False, aborted=False, result=result, stderr_tail="warning\nboom\n", duration_s=1)
 
     interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
@@ -129,6 +133,31 @@ def test_the_status_needs_the_exit_status_and_the_verdict_to_agree(
     assert (interpreted.status, interpreted.error) == (status, error)
     assert interpreted.seed == 7
     assert interpreted.library_version == "v1.0"
+
+
+def _written(verdict: str, **changes: Any) -> dict[str, Any]:
+    """A run result file as the suite writes it (no cases)."""
+    result = RunResult(
+        "0.2.0", "c", "t:f", SuiteVerdict(verdict), 0.01, 0.1, 0, 7, "cpu:x86_64", {"torch": "2.13"}, "2026-01-01T00:00:00Z", 1.0
+    )
+    written: dict[str, Any] = json.loads(json.dumps(result.to_dict()))
+    return written | changes
+
+
+def test_the_versions_come_from_the_result_file() -> None:
+    outcome = SuiteOutcome(0, timed_out=False, aborted=False, result=_written("pass"), stderr_tail="", duration_s=1)
+    interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
+    assert (interpreted.status, interpreted.torch_version, interpreted.device) == (RunStatus.passed, "2.13", "cpu:x86_64")
+
+
+def test_a_result_file_of_another_schema_makes_the_run_an_error_that_says_so() -> None:
+    outcome = SuiteOutcome(1, timed_out=False, aborted=False, result=_written("fail", schema=1), stderr_tail="", duration_s=1)
+
+    interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
+
+    assert interpreted.status is RunStatus.error
+    assert interpreted.error == "the suite's result file cannot be read by this worker: run result: schema 1, this reader reads schema 2"
+    assert interpreted.cases == ()
 
 
 def test_the_run_seed_is_a_function_of_the_commit() -> None:

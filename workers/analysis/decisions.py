@@ -1,7 +1,8 @@
-"""Decisions over runs: confirmation by optional continuation, acceptance drift, bisection.
+"""Pure decisions of the analysis: classification, confirmation by optional continuation, acceptance drift,
+bisection.
 
-Pure functions over plain values (no database, no Celery): the analysis tasks load rows, call these,
-and store what they decide.
+Functions over plain values (no database, no Celery): the analysis modules load rows, call these, and store
+what they decide. The statistics behind them are in ``docs/statistics.md``.
 """
 
 from __future__ import annotations
@@ -12,15 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class Kind(StrEnum):
-    """What an alert is about."""
-
-    VIOLATION = "violation"  # losslessness fails: emitted tokens do not follow the target law
-    PERFORMANCE = "performance"  # lossless, but the acceptance behaviour changed (conformance fails)
-    BROKEN = "broken"  # the commit does not import or crashes the suite: not a statistical finding
-    EXCEPTION = "exception"  # the sampler raised on a valid input: a finding about the sampler, not a broken commit
-
+from service.models import AlertKind
 
 #: The layers a case can fail in, and what a failure of the target itself is called (an alert entry's reason).
 LOSSLESS, CONFORMANCE, RAISED = "lossless", "conformance", "exception"
@@ -125,7 +118,9 @@ def acceptance_drift(current: AcceptanceSample, baseline: Sequence[AcceptanceSam
     return Drift(difference=difference, radius=radius, significant=abs(difference) >= radius)
 
 
-class Outcome(StrEnum):
+class CommitOutcome(StrEnum):
+    """What a tested commit says about the cases a bisection searches for."""
+
     GOOD = "good"
     BAD = "bad"
     UNKNOWN = "unknown"  # not tested yet, or broken (cannot say)
@@ -140,7 +135,7 @@ class Bisection:
     last_good: str | None
 
 
-def bisect(commits: Sequence[str], outcomes: Mapping[str, Outcome]) -> Bisection:
+def bisect(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> Bisection:
     """Next commit to test between the newest good commit before the first known bad one.
 
     ``commits`` is the branch order (oldest first); ``outcomes`` the known result per sha. Commits
@@ -150,10 +145,10 @@ def bisect(commits: Sequence[str], outcomes: Mapping[str, Outcome]) -> Bisection
     retested: if only they separate good from bad, the earliest bad one is named. Without any good
     commit before it, the earliest bad monitored commit is named (there is nothing to bisect against).
     """
-    first_bad_index = next((i for i, sha in enumerate(commits) if outcomes.get(sha) == Outcome.BAD), None)
+    first_bad_index = next((i for i, sha in enumerate(commits) if outcomes.get(sha) == CommitOutcome.BAD), None)
     if first_bad_index is None:
-        return Bisection(first_bad=None, next_to_test=None, last_good=_last(commits, outcomes, Outcome.GOOD, len(commits)))
-    last_good_index = next((i for i in range(first_bad_index - 1, -1, -1) if outcomes.get(commits[i]) == Outcome.GOOD), None)
+        return Bisection(first_bad=None, next_to_test=None, last_good=_last(commits, outcomes, CommitOutcome.GOOD, len(commits)))
+    last_good_index = next((i for i in range(first_bad_index - 1, -1, -1) if outcomes.get(commits[i]) == CommitOutcome.GOOD), None)
     if last_good_index is None:  # nothing good was ever seen: the first bad among the monitored commits
         return Bisection(first_bad=commits[first_bad_index], next_to_test=None, last_good=None)
     untested = [i for i in range(last_good_index + 1, first_bad_index) if commits[i] not in outcomes]
@@ -164,7 +159,7 @@ def bisect(commits: Sequence[str], outcomes: Mapping[str, Outcome]) -> Bisection
     return Bisection(first_bad=None, next_to_test=commits[middle], last_good=last_good)
 
 
-def _last(commits: Sequence[str], outcomes: Mapping[str, Outcome], outcome: Outcome, end: int) -> str | None:
+def _last(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome], outcome: CommitOutcome, end: int) -> str | None:
     return next((commits[i] for i in range(end - 1, -1, -1) if outcomes.get(commits[i]) == outcome), None)
 
 
@@ -179,7 +174,7 @@ class CaseOutcome:
     raised: bool = False  # the target raised on a valid input (a failing case)
 
 
-def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None, list[str]]:
+def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind | None, list[str]]:
     """What a finished run says about its commit: the alert kind it calls for and the cases behind it.
 
     The per-case verdicts already carry the run's family-wise control (each case rejects at E >= m/alpha,
@@ -191,17 +186,17 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[Kind | None
     regression. A passing run calls for nothing (None, []).
     """
     if run_status == "error":
-        return Kind.BROKEN, []
+        return AlertKind.broken, []
     failing = [c for c in cases if c.verdict == "fail"]
     if run_status != "failed" or not failing:
         return None, []
     lossy = [c.case_id for c in failing if c.lossless is False]
     if lossy:
-        return Kind.VIOLATION, lossy
+        return AlertKind.violation, lossy
     raised = [c.case_id for c in failing if c.raised]
     if raised:
-        return Kind.EXCEPTION, raised
-    return Kind.PERFORMANCE, [c.case_id for c in failing]
+        return AlertKind.exception, raised
+    return AlertKind.performance, [c.case_id for c in failing]
 
 
 _GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")

@@ -1,0 +1,55 @@
+"""Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared.
+
+The API (:mod:`service.api_query`), the CLI (:mod:`service.cli`) and the dashboard
+(:mod:`service.dashboard`) answer from these functions only. Each takes a :class:`~sqlalchemy.orm.Session`,
+reads, and returns frozen dataclasses (no ORM objects escape, so nothing lazy-loads after the session ends).
+Unknown names raise :class:`NotFoundError`; bad input (a cursor, an ambiguous sha) :class:`QueryError`.
+
+Branch history is ordered by ``branch_order`` (increasing along the branch) and read newest first. A commit
+stands for its latest run (highest run id); a case on a commit for that case's result in the latest run that
+has it. The questions the readers share with the analysis (a branch's commits, the previous tested run, the
+open alerts of a branch) are answered in :mod:`service.history`, so the two cannot disagree.
+"""
+
+from service.queries.alerts import AlertRow, AlertStateError, alerts_by_state, get_alert, list_alerts, set_alert_state
+from service.queries.cases import CaseHistory, HistoryPoint, case_history, case_ids
+from service.queries.commits import CommitPage, CommitRow, commits_page, parse_cursor
+from service.queries.common import MAX_HISTORY, MAX_PAGE, SHA_PREFIX_MIN, NotFoundError, QueryError, get_target
+from service.queries.compare import CaseComparison, Comparison, compare, resolve_sha
+from service.queries.runs import CaseRow, RunDetail, coverage_summary, run_detail
+from service.queries.targets import BranchHead, TargetSummary, runs_by_status, targets_overview
+
+__all__ = [
+    "MAX_HISTORY",
+    "MAX_PAGE",
+    "SHA_PREFIX_MIN",
+    "AlertRow",
+    "AlertStateError",
+    "BranchHead",
+    "CaseComparison",
+    "CaseHistory",
+    "CaseRow",
+    "CommitPage",
+    "CommitRow",
+    "Comparison",
+    "HistoryPoint",
+    "NotFoundError",
+    "QueryError",
+    "RunDetail",
+    "TargetSummary",
+    "alerts_by_state",
+    "case_history",
+    "case_ids",
+    "commits_page",
+    "compare",
+    "coverage_summary",
+    "get_alert",
+    "get_target",
+    "list_alerts",
+    "parse_cursor",
+    "resolve_sha",
+    "run_detail",
+    "runs_by_status",
+    "set_alert_state",
+    "targets_overview",
+]

@@ -1,0 +1,134 @@
+"""Alerts: listed and filtered, one by id, acknowledged or resolved by hand, counted by kind and state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import Alert, AlertKind, AlertState, Commit, Target
+from service.queries.common import MAX_PAGE, NotFoundError, QueryError, get_target
+
+
+class AlertStateError(QueryError):
+    """The alert cannot move to the asked state (a resolved alert cannot be acknowledged)."""
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    id: int
+    target: str
+    branch: str
+    kind: AlertKind
+    state: AlertState
+    first_bad_sha: str
+    first_bad_order: int | None
+    last_good_sha: str | None
+    detected_run_id: int | None
+    confirmation_run_id: int | None
+    confirmed: bool
+    bisection_runs: int
+    cases: tuple[dict[str, Any], ...]
+    summary: str | None
+    created_at: datetime | None
+    acknowledged_at: datetime | None
+    resolved_at: datetime | None
+
+
+def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
+    commit_ids = {a.first_bad_commit_id for a in alerts} | {a.last_good_commit_id for a in alerts if a.last_good_commit_id}
+    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(commit_ids)))} if commit_ids else {}
+    targets = dict(session.execute(select(Target.id, Target.name)).all()) if alerts else {}
+    rows = []
+    for alert in alerts:
+        bad = commits[alert.first_bad_commit_id]
+        good = commits.get(alert.last_good_commit_id) if alert.last_good_commit_id else None
+        rows.append(
+            AlertRow(
+                id=alert.id,
+                target=targets[alert.target_id],
+                branch=alert.branch,
+                kind=alert.kind,
+                state=alert.state,
+                first_bad_sha=bad.sha,
+                first_bad_order=bad.branch_order,
+                last_good_sha=good.sha if good else None,
+                detected_run_id=alert.detected_run_id,
+                confirmation_run_id=alert.confirmation_run_id,
+                confirmed=alert.confirmed,
+                bisection_runs=alert.bisection_runs,
+                cases=tuple(alert.cases or ()),
+                summary=alert.summary,
+                created_at=alert.created_at,
+                acknowledged_at=alert.acknowledged_at,
+                resolved_at=alert.resolved_at,
+            )
+        )
+    return rows
+
+
+def list_alerts(
+    session: Session,
+    *,
+    target: str | None = None,
+    state: AlertState | None = None,
+    kind: AlertKind | None = None,
+    branch: str | None = None,
+    limit: int = 100,
+) -> list[AlertRow]:
+    """Alerts, newest first, filtered by target, state, kind and branch."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise QueryError(f"limit must be between 1 and {MAX_PAGE}")
+    query = select(Alert).order_by(Alert.id.desc()).limit(limit)
+    if target is not None:
+        query = query.where(Alert.target_id == get_target(session, target).id)
+    if state is not None:
+        query = query.where(Alert.state == state)
+    if kind is not None:
+        query = query.where(Alert.kind == kind)
+    if branch is not None:
+        query = query.where(Alert.branch == branch)
+    return _alert_rows(session, list(session.scalars(query)))
+
+
+def get_alert(session: Session, alert_id: int) -> AlertRow:
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFoundError(f"no alert {alert_id}")
+    return _alert_rows(session, [alert])[0]
+
+
+def set_alert_state(session: Session, alert_id: int, state: AlertState, *, now: datetime) -> AlertRow:
+    """Acknowledge (open → acknowledged) or resolve (open/acknowledged → resolved) an alert by hand.
+
+    Asking for the state it is in is a no-op; acknowledging a resolved alert is an :class:`AlertStateError`.
+    Flushes, never commits. Resolving by hand sends no message (the analysis worker's automatic resolution does).
+    """
+    alert = session.scalars(select(Alert).where(Alert.id == alert_id).with_for_update()).one_or_none()
+    if alert is None:
+        raise NotFoundError(f"no alert {alert_id}")
+    if alert.state is not state:
+        if state is AlertState.acknowledged:
+            if alert.state is not AlertState.open:
+                raise AlertStateError(f"alert {alert_id} is {alert.state.value}: only an open alert can be acknowledged")
+            alert.acknowledged_at = now
+        elif state is AlertState.resolved:
+            alert.resolved_at = now
+        else:
+            raise AlertStateError(f"alert {alert_id} cannot be reopened by hand")
+        alert.state = state
+        session.flush()
+    return _alert_rows(session, [alert])[0]
+
+
+def alerts_by_state(session: Session) -> dict[tuple[AlertKind, AlertState], int]:
+    """How many alerts of each kind are in each state (every pair present, zeros included)."""
+    found = {
+        (kind, state): count
+        for kind, state, count in session.execute(select(Alert.kind, Alert.state, func.count()).group_by(Alert.kind, Alert.state))
+    }
+    return {(kind, state): found.get((kind, state), 0) for kind in AlertKind for state in AlertState}

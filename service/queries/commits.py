@@ -1,0 +1,98 @@
+"""The commits of a branch, newest first and a page at a time: the timeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.history import on_branch
+from service.models import CaseResult, Commit, RunStatus, Verdict
+from service.queries.common import MAX_PAGE, NotFoundError, QueryError, branch_of, get_target, latest_runs
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    sha: str
+    branch_order: int | None
+    author: str | None
+    committed_at: datetime | None
+    message: str | None
+    run_id: int | None
+    status: RunStatus | None
+    failed_cases: int
+    # The first failing commit of a failure streak: its run failed and the previous commit's did not.
+    first_failing: bool
+
+
+@dataclass(frozen=True)
+class CommitPage:
+    target: str
+    branch: str
+    commits: tuple[CommitRow, ...]
+    # Pass it back as ``cursor`` for the next (older) page; None on the last page.
+    next_cursor: str | None
+
+
+def parse_cursor(cursor: str | None) -> int | None:
+    """A page cursor is the ``branch_order`` of the last commit of the previous page (a non-negative integer)."""
+    if cursor is None or cursor == "":
+        return None
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
+        raise QueryError(f"invalid cursor {cursor!r}: pass back the next_cursor of the previous page")
+    return int(cursor)
+
+
+def commits_page(
+    session: Session, target_name: str, *, branch: str | None = None, cursor: str | None = None, limit: int = 50
+) -> CommitPage:
+    """One page of a branch's commits, newest first, each with its latest run; ``cursor`` continues a page."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise QueryError(f"limit must be between 1 and {MAX_PAGE}")
+    before = parse_cursor(cursor)
+    target = get_target(session, target_name)
+    branch = branch_of(target, branch)
+    query = select(Commit).where(Commit.target_id == target.id, on_branch(branch))
+    if before is not None:
+        query = query.where(Commit.branch_order < before)
+    # One more than the page: whether there is a next page, and the predecessor of the page's oldest commit.
+    commits = list(session.scalars(query.order_by(Commit.branch_order.desc()).limit(limit + 1)))
+    if before is None and not commits and branch not in target.branches:
+        raise NotFoundError(f"target {target.name!r} has no branch {branch!r}")
+    runs = latest_runs(session, [c.id for c in commits])
+    failed_counts = _failed_counts(session, [run.id for run in runs.values()])
+    rows = []
+    for index, commit in enumerate(commits[:limit]):
+        run = runs.get(commit.id)
+        previous = commits[index + 1] if index + 1 < len(commits) else None
+        previous_run = runs.get(previous.id) if previous else None
+        failed = run is not None and run.status is RunStatus.failed
+        rows.append(
+            CommitRow(
+                sha=commit.sha,
+                branch_order=commit.branch_order,
+                author=commit.author,
+                committed_at=commit.committed_at,
+                message=commit.message,
+                run_id=run.id if run else None,
+                status=run.status if run else None,
+                failed_cases=failed_counts.get(run.id, 0) if run else 0,
+                first_failing=failed and (previous_run is None or previous_run.status is not RunStatus.failed),
+            )
+        )
+    more = len(commits) > limit and rows[-1].branch_order is not None
+    return CommitPage(target=target.name, branch=branch, commits=tuple(rows), next_cursor=str(rows[-1].branch_order) if more else None)
+
+
+def _failed_counts(session: Session, run_ids: Sequence[int]) -> dict[int, int]:
+    if not run_ids:
+        return {}
+    counts = session.execute(
+        select(CaseResult.run_id, func.count())
+        .where(CaseResult.run_id.in_(run_ids), CaseResult.verdict == Verdict.fail)
+        .group_by(CaseResult.run_id)
+    )
+    return dict(counts.all())

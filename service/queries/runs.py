@@ -1,0 +1,143 @@
+"""One run with its case results, each compared with the previous tested run (:func:`service.history.previous_tested_run`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.history import previous_tested_run
+from service.models import CaseResult, Commit, Run, RunStatus, Target, Verdict
+from service.queries.common import NotFoundError
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    case_id: str
+    verdict: Verdict
+    lossless: bool | None
+    conformance: bool | None
+    n_trials: int | None
+    e_value: float | None
+    log_e_value: float | None
+    threshold: float | None
+    # Descriptive, not guarantees: computed at a data-dependent stop on the case's headline check.
+    tv_estimate: float | None
+    tv_low: float | None
+    tv_high: float | None
+    acceptance_observed: float | None
+    acceptance_expected: float | None
+    fingerprint: str | None
+    duration_s: float | None
+    # Whether the fingerprint equals the previous tested commit's on the branch ("behaviour unchanged");
+    # None without a previous result or a fingerprint on either side.
+    same_as_previous: bool | None = None
+    # Speculative end-to-end cases: drafts per verification, accepted drafts and rounds per call observed
+    # in the library's own calls, the design and its shortfalls (the suite's ``coverage``); None otherwise.
+    coverage: dict[str, Any] | None = None
+
+    @property
+    def coverage_summary(self) -> str:
+        return coverage_summary(self.coverage)
+
+
+def coverage_summary(coverage: dict[str, Any] | None) -> str:
+    """One line for tables: the most drafts a verification had, how many accepted all / some of >= 2
+    drafts, the range of rounds per call, and "short" when the design was not reached."""
+    if not coverage:
+        return "-"
+    drafts = [int(k) for k, v in coverage.get("drafts", {}).items() if v]
+    rounds = [int(k) for k, v in coverage.get("rounds", {}).items() if v]
+    text = (
+        f"drafts<={max(drafts, default=0)} full {coverage.get('full', 0)} partial {coverage.get('partial', 0)} "
+        f"rounds {min(rounds, default=0)}-{max(rounds, default=0)}"
+    )
+    return text + (" (short of design)" if coverage.get("shortfalls") else "")
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    id: int
+    target: str
+    sha: str
+    branch: str | None
+    branch_order: int | None
+    profile: str
+    status: RunStatus
+    attempt: int
+    device: str | None
+    library_version: str | None
+    torch_version: str | None
+    python_version: str | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    cases: tuple[CaseRow, ...]
+    purpose: str = "primary"
+    # The run whose fingerprints ``same_as_previous`` compares with: the previous tested run
+    # (:func:`service.history.previous_tested_run`), the one the analysis's ``unchanged_cases`` compares with.
+    previous_run_id: int | None = None
+
+
+def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None) -> CaseRow:
+    before = (previous or {}).get(result.case_id)
+    same = None if not before or not result.fingerprint else before == result.fingerprint  # "": no output
+    return CaseRow(
+        case_id=result.case_id,
+        verdict=result.verdict,
+        lossless=result.lossless,
+        conformance=result.conformance,
+        n_trials=result.n_trials,
+        e_value=result.e_value,
+        log_e_value=result.log_e_value,
+        threshold=result.threshold,
+        tv_estimate=result.tv_estimate,
+        tv_low=result.tv_low,
+        tv_high=result.tv_high,
+        acceptance_observed=result.acceptance_observed,
+        acceptance_expected=result.acceptance_expected,
+        fingerprint=result.fingerprint,
+        duration_s=result.duration_s,
+        same_as_previous=same,
+        coverage=(result.details or {}).get("coverage"),
+    )
+
+
+def run_detail(session: Session, run_id: int) -> RunDetail:
+    """A run with its commit and every case result (by case id)."""
+    found = session.execute(select(Run, Commit, Target.name).join(Run.commit).join(Commit.target).where(Run.id == run_id)).first()
+    if found is None:
+        raise NotFoundError(f"no run {run_id}")
+    run, commit, target_name = found
+    results = session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id))
+    previous = previous_tested_run(session, commit, run.profile)
+    previous_run_id = previous.id if previous is not None else None
+    fingerprints: dict[str, str | None] = {}
+    if previous_run_id is not None:
+        rows = session.execute(select(CaseResult.case_id, CaseResult.fingerprint).where(CaseResult.run_id == previous_run_id))
+        fingerprints = dict(rows.all())
+    return RunDetail(
+        id=run.id,
+        target=target_name,
+        sha=commit.sha,
+        branch=commit.branch,
+        branch_order=commit.branch_order,
+        profile=run.profile,
+        status=run.status,
+        attempt=run.attempt,
+        device=run.device,
+        library_version=run.library_version,
+        torch_version=run.torch_version,
+        python_version=run.python_version,
+        queued_at=run.queued_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        error=run.error,
+        cases=tuple(_case_row(r, fingerprints) for r in results),
+        purpose=run.purpose.value,
+        previous_run_id=previous_run_id,
+    )

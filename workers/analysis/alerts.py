@@ -1,0 +1,86 @@
+"""Opening an alert once its first bad commit is known, exactly once however many workers find it.
+
+``INSERT .. ON CONFLICT DO NOTHING`` on (target, branch, first bad commit, kind): two workers naming the same
+first bad commit make one alert (the second merges its cases into it), and the outbox rows are written only by
+the insert that created it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select
+
+from service.db import insert_ignoring_conflicts
+from service.history import alert_branch
+from service.models import Alert, AlertKind, AlertState, Commit, Run, Target
+from workers.analysis.context import Analysis
+from workers.notify import queue_alert_message
+
+log = logging.getLogger(__name__)
+
+_WHAT = {
+    AlertKind.violation: "losslessness violation",
+    AlertKind.performance: "performance regression",
+    AlertKind.broken: "broken commit",
+    AlertKind.exception: "sampler exception on a valid input",
+}
+
+
+def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, entries: list[dict[str, Any]]) -> str:
+    cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
+    return f"{_WHAT[kind]} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"
+
+
+def open_alert(
+    ctx: Analysis,
+    detected: Run,
+    kind: AlertKind,
+    first_bad: Commit,
+    entries: list[dict[str, Any]],
+    *,
+    last_good: Commit | None = None,
+    confirmation: Run | None = None,
+    bisection_runs: int = 0,
+) -> None:
+    """Open the alert of ``kind`` at ``first_bad`` with ``entries``, or merge new entries into the existing one."""
+    session, report = ctx.session, ctx.report
+    target = detected.commit.target
+    branch = alert_branch(first_bad)
+    values: dict[str, Any] = {
+        "target_id": target.id,
+        "branch": branch,
+        "first_bad_commit_id": first_bad.id,
+        "kind": kind,
+        "state": AlertState.open,
+        "detected_run_id": detected.id,
+        "confirmation_run_id": confirmation.id if confirmation else None,
+        "last_good_commit_id": last_good.id if last_good else None,
+        "confirmed": confirmation is not None,
+        "bisection_runs": bisection_runs,
+        "cases": entries,
+        "summary": summary(kind, target, branch, first_bad, entries),
+        "created_at": ctx.now,
+    }
+    keys = [Alert.target_id, Alert.branch, Alert.first_bad_commit_id, Alert.kind]
+    insert = insert_ignoring_conflicts(session, Alert, values, keys)
+    if insert is None:
+        raise NotImplementedError(f"alerts need INSERT .. ON CONFLICT: dialect {session.get_bind().dialect.name} has none")
+    alert_id = session.execute(insert.returning(Alert.id)).scalar_one_or_none()
+    if alert_id is not None:
+        alert = session.get_one(Alert, alert_id)
+        report.opened.append(alert_id)
+        report.notifications += queue_alert_message(session, ctx.config.notify, alert, "opened")
+        log.warning("alert_opened alert_id=%s kind=%s target=%s first_bad=%s", alert_id, kind.value, target.name, first_bad.sha)
+        return
+    existing = session.scalars(
+        select(Alert)
+        .where(Alert.target_id == target.id, Alert.branch == branch, Alert.first_bad_commit_id == first_bad.id, Alert.kind == kind)
+        .with_for_update()
+    ).one()
+    known = {e["case_id"] for e in existing.cases}
+    new = [e for e in entries if e["case_id"] not in known]
+    if new:
+        existing.cases = [*existing.cases, *new]
+        report.merged.append(existing.id)

@@ -1,0 +1,129 @@
+"""The first-bad-commit search: one midpoint run at a time, then the alert at the first bad commit.
+
+A confirmed failure (or a drift) is searched between the last good tested commit of the branch and the
+commit that found it (:func:`workers.analysis.decisions.bisect`). Each step loads the branch
+(:func:`workers.analysis.history.load_branch`), says good, bad or unknown per commit
+(:func:`commit_outcome`, a pure decision over the loaded runs), and queues a ``bisection`` run at the
+midpoint, whose parent is the detected run; that run's analysis takes the next step. The state of the
+search is a :class:`~workers.analysis.state.BisectionState` stored with the detected run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from service.models import FINISHED_STATUSES, AlertKind, Commit, Run, RunPurpose, RunStatus, Verdict
+from workers.analysis.alerts import open_alert
+from workers.analysis.context import Analysis, child_run, lock_run
+from workers.analysis.decisions import CONFORMANCE, RAISED, CommitOutcome, bisect
+from workers.analysis.drift import still_drifting
+from workers.analysis.history import TestedRun, load_branch
+from workers.analysis.state import BisectionState, load_bisection, store_bisection
+from workers.analysis.triage import raised
+
+
+def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[dict[str, Any]]) -> CommitOutcome | None:
+    """Good, bad or unknown (broken) for the alert's cases; None while a commit's only runs are unfinished.
+
+    The commit's latest finished run decides. Bad: one of the cases fails for its entry's reason (a lossless
+    entry needs its losslessness to fail, not its conformance alone), or a drift case drifts from the
+    baseline the alert measured it against. Unknown: the run is an error (the commit cannot tell).
+    """
+    finished = [r for r in runs if r.status in FINISHED_STATUSES]
+    if not finished:
+        return None
+    latest = max(finished, key=lambda r: r.id)
+    if latest.status is RunStatus.error:
+        return CommitOutcome.UNKNOWN
+    for entry in entries:
+        case = latest.cases.get(entry["case_id"])
+        if case is None:
+            continue
+        reason = entry.get("reason")
+        if reason == "drift":
+            if case.verdict is Verdict.fail or still_drifting(entry, case):
+                return CommitOutcome.BAD
+        elif case.verdict is Verdict.fail and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and raised(case))):
+            return CommitOutcome.BAD
+    return CommitOutcome.GOOD
+
+
+def start_bisection(
+    ctx: Analysis,
+    detected: Run,
+    kind: AlertKind,
+    entries: list[dict[str, Any]],
+    analysis: dict[str, Any],
+    *,
+    confirmation: Run | None,
+    after: Commit | None = None,
+) -> None:
+    """Search the first bad commit for ``entries`` found by ``detected`` (``analysis``: its analysis being built).
+
+    ``after``: a known good commit that bounds the search (a drift's baseline: older commits are measured
+    against another baseline and say nothing).
+    """
+    state = BisectionState(
+        kind=kind,
+        cases=tuple(entries),
+        confirmation_run_id=confirmation.id if confirmation else None,
+        after_sha=after.sha if after is not None else None,
+        after_order=after.branch_order if after is not None else None,
+    )
+    _step(ctx, detected, analysis, state)
+
+
+def continue_bisection(ctx: Analysis, run: Run) -> None:
+    """The next step of the search that bisection run ``run`` served (its parent's)."""
+    detected = lock_run(ctx.session, run.parent_run_id) if run.parent_run_id is not None else None
+    if detected is None:
+        return
+    state = load_bisection(detected)
+    if state is not None:
+        _step(ctx, detected, dict(detected.analysis or {}), state)
+
+
+def _step(ctx: Analysis, detected: Run, analysis: dict[str, Any], state: BisectionState) -> None:
+    if state.done:
+        return
+    commit = detected.commit
+    branch = load_branch(ctx.session, detected, since_order=state.after_order)
+    outcomes: dict[str, CommitOutcome] = {}
+    # Commits whose run for this search is still going: its analysis resumes the search. Another run of the
+    # commit (its own primary run, another search's) would not, so the search queues its own then.
+    in_flight: set[str] = set()
+    for step in branch.commits:
+        outcome = commit_outcome(step.runs, state.cases)
+        if outcome is not None:
+            outcomes[step.commit.sha] = outcome
+        elif any(r.parent_run_id == detected.id for r in step.runs):
+            in_flight.add(step.commit.sha)
+    if state.after_sha:
+        outcomes[state.after_sha] = CommitOutcome.GOOD
+    outcomes[commit.sha] = CommitOutcome.BAD
+    decision = bisect(branch.shas, outcomes)
+    if decision.next_to_test is not None:
+        runs = state.runs
+        if decision.next_to_test not in in_flight:
+            midpoint = branch.commit(decision.next_to_test)
+            assert midpoint is not None
+            if child_run(ctx, detected, midpoint, RunPurpose.bisection) is not None:
+                runs += 1
+        store_bisection(detected, analysis, state.model_copy(update={"runs": runs, "next": decision.next_to_test}))
+        return
+    update = {"done": True, "first_bad": decision.first_bad, "last_good": decision.last_good}
+    store_bisection(detected, analysis, state.model_copy(update=update))
+    first_bad = (branch.commit(decision.first_bad) if decision.first_bad else None) or commit
+    last_good = branch.commit(decision.last_good) if decision.last_good else None
+    confirmation = ctx.session.get(Run, state.confirmation_run_id) if state.confirmation_run_id else None
+    open_alert(
+        ctx,
+        detected,
+        state.kind,
+        first_bad,
+        list(state.cases),
+        last_good=last_good,
+        confirmation=confirmation,
+        bisection_runs=state.runs,
+    )

@@ -1,0 +1,103 @@
+"""Confirmation: a failing primary run's commit tested again with fresh seeds, per case and per layer.
+
+The confirmation run's analysis confirms each failing case of its parent only within the layer that failed:
+the same check's stopped e-values multiplied, that check rejecting again, a certain violation of that layer,
+or the target raising again (:func:`workers.analysis.decisions.confirmation`). The alert's kind follows the
+layer confirmed; a confirmed case starts the first-bad-commit search. No case confirmed: no alert (recorded
+on both runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from service.models import AlertKind, CaseResult, Run, RunStatus, Verdict
+from workers.analysis.bisection import start_bisection
+from workers.analysis.context import Analysis, load_cases, lock_run
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseEvidence, CheckEvidence, confirmation
+from workers.analysis.triage import entry, failure_reason, raised
+from workers.notify import queue_commit_status
+
+log = logging.getLogger(__name__)
+
+
+def evidence(case: CaseResult | None) -> CaseEvidence | None:
+    """A stored case result as confirmation evidence (None when it measured nothing: error, skipped)."""
+    if case is None or case.threshold is None or case.verdict in (Verdict.error, Verdict.skipped):
+        return None
+    details = case.details or {}
+    checks = []
+    for check in details.get("checks") or []:
+        if not isinstance(check, dict) or "name" not in check:
+            continue
+        # Schema 1 results have no stopped e-value: their running maxima are not e-values, so they add nothing
+        # to a product (-inf); a rejection in both runs still confirms.
+        stopped = check.get("stopped_log_e_value", -math.inf)
+        checks.append(CheckEvidence(str(check["name"]), str(check.get("layer", "")), bool(check.get("rejected")), stopped))
+    if not checks and case.verdict is Verdict.fail:
+        # No per-check evidence (schema 1 rows): the layer's rejection stands for its checks, so only a
+        # rejection of the same layer in both runs confirms (the product route needs stopped e-values).
+        failed = {LOSSLESS: case.lossless is False, CONFORMANCE: case.conformance is False}
+        checks = [CheckEvidence(f"({layer})", layer, True, -math.inf) for layer, yes in failed.items() if yes]
+    certain = set(details.get("certain") or [])
+    if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.fail:
+        certain.add(failure_reason(case))  # schema 1: log E None marked a certain violation of the failed layer
+    return CaseEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case))
+
+
+def failed_layers(case: CaseResult) -> list[str]:
+    """The layers a failing case failed in, worst first: what its confirmation may confirm."""
+    layers = [LOSSLESS] if case.lossless is False else []
+    if raised(case):
+        layers.append(RAISED)
+    if case.conformance is False:
+        layers.append(CONFORMANCE)
+    return layers or [failure_reason(case)]
+
+
+def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[dict[str, Any]]:
+    """The alert entries of the parent's failing cases that the rerun confirms, each at its worst confirmed layer."""
+    entries: list[dict[str, Any]] = []
+    for case_id in list((parent.analysis or {}).get("failing") or []):
+        before, rerun = evidence(first.get(case_id)), evidence(again.get(case_id))
+        if before is None or rerun is None:
+            continue
+        for layer in failed_layers(first[case_id]):  # the alert's kind follows the layer that was confirmed
+            confirmed_by = confirmation(before, rerun, layer)
+            if confirmed_by is None:
+                continue
+            entries.append(
+                entry(first[case_id], layer)
+                | {
+                    "confirmed_by": confirmed_by,
+                    "confirmation_log_e_value": again[case_id].log_e_value,
+                    "confirmation_verdict": again[case_id].verdict.value,
+                }
+            )
+            break
+    return entries
+
+
+def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
+    """Confirm the parent's failing cases with ``run`` (its confirmation); confirmed ones are bisected."""
+    session = ctx.session
+    parent = lock_run(session, run.parent_run_id) if run.parent_run_id is not None else None
+    if parent is None:
+        analysis["confirmed"] = False
+        return
+    entries = _confirmed_entries(parent, load_cases(session, parent.id), cases)
+    analysis["confirmed"] = [e["case_id"] for e in entries]
+    if entries or (parent.analysis or {}).get("known_failing"):  # a known failure still fails the commit
+        status = "confirmed" if entries else "failure"
+    else:
+        status = "unconfirmable" if run.status is RunStatus.error else "not-confirmed"
+    ctx.report.notifications += queue_commit_status(session, ctx.config.notify, parent, status)
+    if not entries:
+        log.info("failure_not_confirmed run_id=%s confirmation_run_id=%s", parent.id, run.id)
+        return
+    reasons = {e["reason"] for e in entries}
+    kind = AlertKind.violation if LOSSLESS in reasons else AlertKind.exception if RAISED in reasons else AlertKind.performance
+    analysis["confirmed_kind"] = kind.value
+    start_bisection(ctx, parent, kind, entries, dict(parent.analysis or {}), confirmation=run)

@@ -1,0 +1,88 @@
+"""Acceptance drift: passing cases whose mean acceptance moved from their recent passing runs on the branch.
+
+A drift is already rare at ``drift_alpha`` per run, so it is not confirmed; it is bisected like a failure
+(:mod:`workers.analysis.bisection`) between the newest passing commit and this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.history import earlier_runs
+from service.models import CaseResult, Commit, Run, RunStatus, Verdict
+from workers.analysis.context import AnalysisConfig
+from workers.analysis.decisions import AcceptanceSample, acceptance_drift, case_gamma
+from workers.analysis.triage import entry
+
+
+def _measured(cases: dict[str, CaseResult]) -> list[CaseResult]:
+    """Passing cases with an acceptance rate over a known number of drafts."""
+    return [
+        c
+        for c in cases.values()
+        if c.verdict is Verdict.pass_
+        and c.acceptance_observed is not None
+        and c.n_trials
+        and case_gamma(c.case_id)
+        and not c.case_id.startswith("edge/")  # deterministic paths, not samples of the acceptance rate
+    ]
+
+
+def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], config: AnalysisConfig) -> list[dict[str, Any]]:
+    """Alert entries (reason ``drift``) of the passing cases whose mean acceptance moved significantly.
+
+    Each case is tested at ``drift_alpha / m`` (m: the run's cases with an acceptance rate), so the run's
+    false-alarm rate for drift is at most ``drift_alpha`` (Bonferroni; Hoeffding bound per case). The entry
+    keeps its baseline, so a later commit can be measured against the same one (:func:`still_drifting`).
+    """
+    measured = _measured(cases)
+    if not measured:
+        return []
+    alpha = config.drift_alpha / len(measured)
+    passing = earlier_runs(run.commit, run.profile).where(Run.status == RunStatus.passed)
+    found: list[dict[str, Any]] = []
+    for case in measured:
+        gamma = case_gamma(case.case_id)
+        assert gamma is not None
+        rows = session.scalars(
+            select(CaseResult)
+            .join(Run, CaseResult.run_id == Run.id)
+            .where(CaseResult.case_id == case.case_id, CaseResult.verdict == Verdict.pass_, Run.id.in_(passing.with_only_columns(Run.id)))
+            .join(Commit, Run.commit_id == Commit.id)
+            .order_by(Commit.branch_order.desc(), Run.id.desc())
+            .limit(config.drift_baseline_runs)
+        ).all()
+        baseline = [
+            AcceptanceSample(r.acceptance_observed, r.n_trials, gamma) for r in rows if r.acceptance_observed is not None and r.n_trials
+        ]
+        current = AcceptanceSample(case.acceptance_observed or 0.0, case.n_trials or 0, gamma)
+        drift = acceptance_drift(current, baseline, alpha)
+        if drift is None or not drift.significant:
+            continue
+        n_b = sum(b.trials for b in baseline)
+        found.append(
+            entry(case, "drift")
+            | {
+                "difference": drift.difference,
+                "radius": drift.radius,
+                "alpha": alpha,
+                "baseline_mean": sum(b.mean * b.trials for b in baseline) / n_b,
+                "baseline_trials": n_b,
+                "gamma": gamma,
+            }
+        )
+    return found
+
+
+def still_drifting(drift_entry: dict[str, Any], case: CaseResult) -> bool:
+    """Does ``case`` (a later run's) still drift from the baseline its alert entry measured it against?"""
+    if case.acceptance_observed is None or not case.n_trials:
+        return True
+    baseline = AcceptanceSample(float(drift_entry["baseline_mean"]), int(drift_entry["baseline_trials"]), int(drift_entry["gamma"]))
+    drift = acceptance_drift(
+        AcceptanceSample(case.acceptance_observed, case.n_trials, baseline.gamma), [baseline], float(drift_entry["alpha"])
+    )
+    return drift is None or drift.significant

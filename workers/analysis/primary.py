@@ -1,0 +1,58 @@
+"""A primary run (a new commit's): triage, commit status, confirmation or alert, drift, resolution.
+
+1. Known failures are set aside (:func:`workers.analysis.triage.new_failures`).
+2. The commit status says "confirming" while a confirmation is pending, else the run's outcome.
+3. A run in status ``error`` is a BROKEN commit at once (deterministic, nothing to confirm); new failures get a
+   confirmation run with fresh seeds (``seed_attempt`` + 1), or, with confirmation off, a bisection at once.
+4. Passing cases are checked for acceptance drift; a drift is bisected from the newest passing commit, unless
+   the run's failing cases own its bisection (then the drift alert names this commit).
+5. A run that is not broken resolves the branch's alerts whose cases pass again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.history import newest_earlier_run
+from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
+from workers.analysis.alerts import open_alert
+from workers.analysis.bisection import start_bisection
+from workers.analysis.context import Analysis, child_run
+from workers.analysis.drift import drifting_cases
+from workers.analysis.resolution import resolve_recovered
+from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases
+from workers.notify import queue_commit_status
+
+
+def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
+    session, config, report = ctx.session, ctx.config, ctx.report
+    kind = AlertKind(analysis["kind"]) if analysis["kind"] else None
+    if kind in (AlertKind.violation, AlertKind.performance):
+        kind, analysis["failing"], analysis["known_failing"] = new_failures(session, run, cases)
+        analysis["kind"] = report.kind = kind.value if kind else None
+    commit = run.commit
+    state = {RunStatus.passed: "success", RunStatus.failed: "failure"}.get(run.status, "error")
+    confirming = kind is not None and kind is not AlertKind.broken and config.confirm_failures
+    report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
+    analysis["unchanged_cases"] = unchanged_cases(session, run, cases)
+    if kind is AlertKind.broken:
+        broken = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
+        open_alert(ctx, run, AlertKind.broken, commit, [broken])
+    elif kind is not None and config.confirm_failures:
+        confirmation = child_run(ctx, run, commit, RunPurpose.confirmation, seed_attempt=run.seed_attempt + 1)
+        analysis["confirmation_run_id"] = confirmation.id if confirmation else None
+    elif kind is not None:
+        entries = [entry(cases[c], failure_reason(cases[c])) for c in analysis["failing"]]
+        start_bisection(ctx, run, kind, entries, analysis, confirmation=None)
+    drifting = drifting_cases(session, run, cases, config)
+    if drifting:
+        analysis["drift"] = [e["case_id"] for e in drifting]
+        baseline = newest_earlier_run(session, commit, run.profile, [RunStatus.passed])
+        if kind is None and baseline is not None:
+            # Bisected between the newest passing commit (the baseline's newest, good by definition) and
+            # this one: a commit is bad when a drifting case drifts from the same baseline there too.
+            start_bisection(ctx, run, AlertKind.performance, drifting, analysis, confirmation=None, after=baseline.commit)
+        else:  # the failing cases' search owns this run's bisection
+            open_alert(ctx, run, AlertKind.performance, commit, drifting)
+    if run.status is not RunStatus.error:
+        resolve_recovered(ctx, run, cases)

@@ -1,0 +1,94 @@
+"""Triage of a finished run's cases: why each failed, which failures are already known, what is unchanged.
+
+A case that already fails in an unresolved alert of the branch (same case, same reason) is *known*: it is set
+aside, so that only new failures are confirmed, bisected and alerted, and a standing failure never hides a
+later regression.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.history import open_alerts, previous_tested_run
+from service.models import AlertKind, CaseResult, Run, Verdict
+from workers.analysis.context import load_cases
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseOutcome
+
+
+def raised(case: CaseResult) -> bool:
+    """The target raised on a valid input in this case (a failing case, never an error)."""
+    return (case.details or {}).get("failure") == "raised"
+
+
+def case_outcomes(cases: dict[str, CaseResult]) -> list[CaseOutcome]:
+    return [CaseOutcome(c.case_id, c.verdict.value, c.lossless, c.conformance, raised=raised(c)) for c in cases.values()]
+
+
+def failure_reason(case: CaseResult) -> str:
+    """An alert entry's reason for a failing case: its worst failure (lossless, then the target raising)."""
+    if case.lossless is False:
+        return LOSSLESS
+    return RAISED if raised(case) else CONFORMANCE
+
+
+def entry(case: CaseResult, reason: str) -> dict[str, Any]:
+    """A case as an alert lists it (``Alert.cases``), with the figures of the run that found it."""
+    if reason == "exception":  # the exception's first line (the case's reason holds its traceback too)
+        return {"case_id": case.case_id, "reason": reason, "error": str((case.details or {}).get("reason", "")).split("\n")[0][:500]}
+    return {
+        "case_id": case.case_id,
+        "reason": reason,
+        "e_value": case.e_value,
+        "log_e_value": case.log_e_value,
+        "threshold": case.threshold,
+        "tv_estimate": case.tv_estimate,
+        "acceptance_observed": case.acceptance_observed,
+        "acceptance_expected": case.acceptance_expected,
+        "n_trials": case.n_trials,
+    }
+
+
+def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
+    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit."""
+    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.performance])
+    return {(e["case_id"], e.get("reason", "")) for alert in alerts for e in alert.cases}
+
+
+def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[AlertKind | None, list[str], list[str]]:
+    """The run's kind and failing cases once the known failures are set aside, and the known ones.
+
+    A known case keeps failing until its alert resolves, and counting it again would make every later
+    regression's bisection land on the old first bad commit (merged quietly into the old alert). New lossless
+    failures make a VIOLATION; else new raised cases an EXCEPTION; else new conformance-only failures a
+    PERFORMANCE regression.
+    """
+    known = known_failures(session, run)
+    failing = sorted((c for c in cases.values() if c.verdict is Verdict.fail), key=lambda c: c.case_id)
+    # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
+    # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
+    fresh = [c for c in failing if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known]
+    already = [c.case_id for c in failing if c not in fresh]
+    lossy = [c.case_id for c in fresh if failure_reason(c) == LOSSLESS]
+    if lossy:
+        return AlertKind.violation, lossy, already
+    exceptions = [c.case_id for c in fresh if failure_reason(c) == RAISED]
+    if exceptions:
+        return AlertKind.exception, exceptions, already
+    if fresh:
+        return AlertKind.performance, [c.case_id for c in fresh], already
+    return None, [], already
+
+
+def unchanged_cases(session: Session, run: Run, cases: dict[str, CaseResult]) -> list[str]:
+    """Cases whose seeded output fingerprint equals the previous tested run's (:func:`service.history.previous_tested_run`)."""
+    previous = previous_tested_run(session, run.commit, run.profile)
+    if previous is None:
+        return []
+    before = load_cases(session, previous.id)
+    return sorted(
+        case_id
+        for case_id, case in cases.items()
+        if case.fingerprint and case_id in before and before[case_id].fingerprint == case.fingerprint
+    )
