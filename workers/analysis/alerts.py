@@ -66,7 +66,8 @@ def open_alert(
     keys = [Alert.target_id, Alert.branch, Alert.first_bad_commit_id, Alert.kind]
     insert = insert_ignoring_conflicts(session, Alert, values, keys)
     if insert is None:
-        raise NotImplementedError(f"alerts need INSERT .. ON CONFLICT: dialect {session.get_bind().dialect.name} has none")
+        dialect = session.get_bind().dialect.name
+        raise NotImplementedError(f"opening an alert needs an insert that ignores conflicts, which the {dialect} dialect lacks")
     alert_id = session.execute(insert.returning(Alert.id)).scalar_one_or_none()
     if alert_id is not None:
         alert = session.get_one(Alert, alert_id)
