@@ -9,9 +9,7 @@ to the targets that watch it.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -20,6 +18,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.addresses import is_private_host
 from service.models import Commit, CommitPolicy, InstallMode, Run, Target
 from service.settings import Settings
 
@@ -38,7 +37,6 @@ _URL_SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 #: The network protocols a repository may be fetched with (``file`` is :attr:`RepoPolicy.allow_local`).
 GIT_PROTOCOLS = ("https", "ssh", "http", "git")
-_LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 _DURATION = re.compile(r"^(?P<value>\d+)(?P<unit>[smhd]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_POLL_INTERVAL_S = 30
@@ -112,48 +110,6 @@ def _scheme_of(url: str) -> str:
     if url.startswith("/"):
         return "file"
     return urlsplit(url).scheme
-
-
-def ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """``host`` as an IP address when it is one, in any form git's resolver would read as one (``127.1``,
-    ``2130706433``, ``0x7f.1``, ``[::1]``); None for a name."""
-    host = host.strip("[]")
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if re.fullmatch(r"[0-9a-fA-FxX.]+", host):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
-
-
-def is_private_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Loopback, private, link-local, unspecified, reserved or multicast (also as IPv4 mapped in IPv6)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
-
-
-def is_private_host(host: str) -> bool:
-    """A literal private address or a name that means this machine (``localhost``, ``*.localhost``)."""
-    name = host.strip("[]").rstrip(".").lower()
-    if name in _LOCAL_NAMES or name.endswith(".localhost"):
-        return True
-    address = ip_of(name)
-    return address is not None and is_private_address(address)
-
-
-def resolves_to_private(host: str) -> bool:
-    """Whether a name resolves to a private address (checked by the worker just before git connects; a name
-    that does not resolve is left to git, which fails on it)."""
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False
-    return any(is_private_address(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos)
 
 
 def validate_repo_url(url: str, policy: RepoPolicy | None = None) -> str:

@@ -32,8 +32,9 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from service.addresses import is_private_host, resolves_to_private
 from service.logsafe import loggable
-from service.targets import RepoPolicy, TargetError, is_private_host, redact_url, resolves_to_private, validate_repo_url
+from service.targets import RepoPolicy, TargetError, redact_url, validate_repo_url
 
 log = logging.getLogger(__name__)
 

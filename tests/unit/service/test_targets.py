@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from service.addresses import ip_of, is_private_host
 from service.models import CommitPolicy, InstallMode
 from service.targets import (
     RepoPolicy,
     TargetError,
     format_duration,
-    ip_of,
-    is_private_host,
     make_spec,
     parse_duration,
     repo_key,
