@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What the test suite needs besides .venv, made ready by `make test` (and `make test-unit`, `.ci/run`):
+# What the test suite needs besides .venv, made ready by `make test`, `make test-slow` and `make test-vllm` (so by
+# `make test-all` and `.ci/run`); `make test-unit` runs it with `--tools`:
 #
 #   - PostgreSQL and Redis answering. The local servers (the default test URLs) are started when they are
 #     down, as root; a server named by SPECWATCH_TEST_POSTGRES_URL / SPECWATCH_TEST_REDIS_URL is only checked.

@@ -1,1 +1,1 @@
-"""specwatch control plane: settings, database, webhooks, API, analysis, alerts, CLI (no torch)."""
+"""specwatch control plane: settings, database, webhooks, ingest and queue, API, queries, CLI, dashboard (no torch)."""

@@ -1,1 +1,1 @@
-"""specwatch workers: Celery tasks and the distribution-preservation suite."""
+"""specwatch workers: Celery tasks, pollers, the analysis, the notification outbox and the distribution-preservation suite."""

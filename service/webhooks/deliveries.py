@@ -44,7 +44,7 @@ class Ingested:
 def ingest(session: Session, *, delivery_id: str, event: str, payload: dict[str, Any], options: RunOptions) -> Ingested:
     """Record one verified delivery and what it leads to (flushed, not committed); a redelivery is a no-op.
 
-    Raises :class:`PayloadError` (before anything is added) when a ``push`` payload is malformed.
+    Raises :class:`~service.webhooks.payload.PayloadError` (before anything is added) when a ``push`` payload is malformed.
     """
     push = parse_push(payload) if event == "push" else None
     if session.scalar(select(Delivery.id).where(Delivery.github_delivery_id == delivery_id)) is not None:

@@ -2,7 +2,8 @@
 adapter (``transformers``, ``vllm``: the installed package, whatever version is importable;
 ``transformers+mutant:NAME``: transformers with a library-level mutant planted in it).
 
-Adapters for real libraries live beside this module.
+Adapters for real libraries are the packages beside this module (:mod:`.transformers`, :mod:`.vllm`);
+:mod:`.install` decides which copy of a library is tested (a pip release or a source checkout).
 """
 
 from __future__ import annotations
