@@ -44,7 +44,8 @@ IntArray = NDArray[np.int64]
 #: Bins of the PIT histogram: the null law is uniform over them.
 PIT_BINS = 16
 #: Rows whose processing boundary (top-k gap, top-p cut) is closer than this (:func:`processing_margin`) are
-#: too close to call in float32, where libraries process: the conditional checks leave them out.
+#: too close to call in float32, where libraries process: the conditional checks leave them out, and an
+#: adapter refuses such a row among those its joint law enumerates.
 FLOAT32_MARGIN = 1e-4
 
 

@@ -123,7 +123,7 @@ class GenerateExperiment:
         )
 
     def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
-        """The processed next-token law after prompt + prefix; every row it gives must clear :data:`MARGIN`."""
+        """The processed next-token law after prompt + prefix; every row it gives must clear ``FLOAT32_MARGIN``."""
         p = self.processing
 
         def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
@@ -131,10 +131,10 @@ class GenerateExperiment:
             with torch.no_grad():
                 logits = self.target(ids).logits[0, -1].double()
             margin = processing_margin(logits.cpu().numpy(), p.temperature, p.top_k, p.top_p)
-            if margin < MARGIN:
+            if margin < FLOAT32_MARGIN:
                 raise AdapterError(
                     f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
-                    f"{MARGIN:g}: float noise could change the support; choose another fixture"
+                    f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
                 )
             self._bites.append(_removed_mass(logits, p))
             return p.probs(logits).cpu().numpy()
@@ -208,7 +208,7 @@ class GenerateExperiment:
         logits = self._conditional_logits(self.prompt, output)
         p = self.processing
         rows = p.probs(torch.from_numpy(logits)).numpy()
-        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= MARGIN for row in logits])
+        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits])
         return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
 
 
@@ -243,11 +243,6 @@ def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[flo
             raise AdapterError(
                 f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
             )
-
-
-#: Rows whose processing boundary (top-k gap, top-p cut) is closer than this are too close to call in
-#: float32, where the library processes: the conditional check leaves them out, the joint law refuses them.
-MARGIN = FLOAT32_MARGIN
 
 
 class GreedyEquivalenceExperiment:

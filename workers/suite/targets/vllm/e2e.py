@@ -120,18 +120,18 @@ class GenerateExperiment:
                 return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
             generated.append(new[: self.horizon])
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-        pit, violations = self._conditional(generated, pit_w)
+        pit, impossible = self._conditional(generated, pit_w)
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        return Observation(found, tuple(violations[:1]), 0, counts.tobytes())
+        return Observation(found, () if impossible is None else (impossible,), 0, counts.tobytes())
 
     def _conditional(
         self, generated: Sequence[Sequence[int]], pit_w: NDArray[np.float64]
-    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], list[Violation]]:
+    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], Violation | None]:
         """PIT bin counts of every generated token, and a violation for the first token of probability 0."""
         pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
-        violations: list[Violation] = []
+        impossible: Violation | None = None
         if not generated:
-            return pit, violations
+            return pit, impossible
         p = self.processing
         logits = conditional_logits(tiny_models(), self.prompt, generated)
         for i, out in enumerate(generated):
@@ -140,9 +140,9 @@ class GenerateExperiment:
             batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
             for order in TokenOrder:
                 pit[order] += batch.counts[order]
-            if batch.impossible is not None:
-                violations.append(Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"))
-        return pit, violations
+            if batch.impossible is not None and impossible is None:
+                impossible = Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}")
+        return pit, impossible
 
 
 class GreedyEquivalenceExperiment:
