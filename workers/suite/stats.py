@@ -118,7 +118,8 @@ def plan_test(support: int, reach: float, epsilon: float, alpha: float, beta: fl
 
 def trials_for_observations(needed: int, reach: float, shortfall: float, *, limit: int | None = None) -> float:
     """Fewest trials n with P(Binomial(n, reach) < needed) <= ``shortfall``: a check of a position reached with
-    probability ``reach`` then gets its ``needed`` observations except with that probability.
+    probability ``reach`` then gets its ``needed`` observations except with that probability. A ``reach`` above 1 is
+    a check that sees that many observations in every trial (every token of a long horizon): ceil(needed / reach).
 
     inf when ``reach`` is 0; at most ``limit`` when given (the search stops there).
     """
@@ -126,8 +127,8 @@ def trials_for_observations(needed: int, reach: float, shortfall: float, *, limi
         return 0.0
     if reach <= 0:
         return math.inf
-    if reach >= 1:
-        return float(needed)
+    if reach >= 1:  # a long-horizon check: ``reach`` observations in every trial
+        return float(math.ceil(needed / reach))
     lo, hi = needed, max(needed, math.ceil(needed / reach))
     while stats.binom.cdf(needed - 1, hi, reach) > shortfall:
         lo, hi = hi, 2 * hi

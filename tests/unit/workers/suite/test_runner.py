@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 
 import numpy as np
@@ -16,7 +17,7 @@ from workers.suite.mutants import MUTANTS
 from workers.suite.results import E_VALUE_CAP, Failure, Verdict
 from workers.suite.runner import SuiteConfig, derive_seed, run_case, run_suite
 from workers.suite.sampling import SpecStep, reference_sampler
-from workers.suite.stats import SEQUENTIAL_INFLATION, detectable_epsilon
+from workers.suite.stats import SEQUENTIAL_INFLATION, detectable_epsilon, plan_test
 
 
 def _tiny_step() -> SpecStep:
@@ -238,6 +239,38 @@ def test_powered_counts_the_observations_each_check_got():
     reference = run_case(EQUAL, EQUAL.build(reference_sampler, torch.device("cpu")), SuiteConfig(), tests)
     assert reference.verdict == Verdict.PASS
     assert reference.powered
+
+
+class _HorizonExperiment:
+    """A long-horizon check: ``reach`` = 10 observations designed per trial, ``seen`` of them arriving (uniform
+    under a uniform null: a correct sampler)."""
+
+    expected_acceptance = None
+    fixed_trials = None
+    min_trials = 16  # like generate() experiments: the design, not a first batch, sizes the run
+
+    def __init__(self, seen):
+        self.seen = seen
+        self.checks = (CheckSpec("lossless/pit", Layer.LOSSLESS, np.full(16, 1 / 16), 10.0),)
+
+    def run(self, n, generator):
+        cells = torch.randint(0, 16, (n * self.seen,), generator=generator).numpy()
+        return Observation({"lossless/pit": np.bincount(cells, minlength=16)}, (), 0, b"")
+
+
+def test_a_long_horizon_check_sizes_the_cap_by_its_observations_per_trial_and_tops_up_a_shortfall():
+    """Ten observations per trial need a tenth of the trials; a check that sees fewer (rows left out near a
+    processing boundary) gets more trials at the rate it sees them, so a correct sampler's pass stays powered."""
+    case = Case(id="test/horizon", family="test", description="", epsilon=0.1, make_experiment=lambda device: _HorizonExperiment(10))
+    config, tests = SuiteConfig(), 1
+    full = run_case(case, _HorizonExperiment(10), config, tests)
+    needed = plan_test(16, 10.0, 0.1, 1 / full.threshold, config.beta).needed
+    assert full.trial_cap == full.n_trials == math.ceil(needed / 10)
+    assert (full.verdict, full.powered) == (Verdict.PASS, True)
+    short = run_case(case, _HorizonExperiment(9), config, tests)
+    assert short.n_trials == short.trial_cap > full.trial_cap
+    assert short.checks[0].observations >= needed
+    assert (short.verdict, short.powered) == (Verdict.PASS, True)
 
 
 def test_a_time_budget_marks_the_case_underpowered():

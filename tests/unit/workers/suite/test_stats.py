@@ -166,5 +166,6 @@ def test_trials_for_observations_is_the_smallest_binomial_quantile(needed, reach
     if reach < 1:
         assert stats.binom.cdf(needed - 1, n - 1, reach) > shortfall
         assert n > needed / reach  # more than the mean: the planned observations arrive w.p. 1 - shortfall
+    assert trials_for_observations(needed, 10.0, shortfall) == math.ceil(needed / 10)  # ten observations in every trial
     assert trials_for_observations(needed, 0.0, shortfall) == math.inf
     assert trials_for_observations(needed, 1e-6, shortfall, limit=1 << 21) == 1 << 21

@@ -79,7 +79,7 @@ class GenerateExperiment:
     """
 
     #: Fingerprint probe: one generate() call per trial.
-    probe_trials = 48
+    probe_trials = 16
     #: The cap is what the design needs (the conditional checks see ``horizon`` tokens per trial), at least
     #: this many trials, not the runner's default floor of one first batch.
     min_trials = 256
