@@ -215,3 +215,14 @@ def shipped_findings(adapter: str) -> tuple[Finding, ...]:
     if len(set(keys)) != len(keys):
         raise FindingError(f"{adapter}.toml: duplicate keys")
     return tuple(sorted(findings, key=lambda f: f.key))
+
+
+def shipped_matches(results: Iterable[Mapping[str, Any]], *, target: str, version: str | None) -> dict[str, Finding]:
+    """The failing results (``verdict`` fail) of a run of ``target`` at library ``version`` that a finding
+    shipped for that target explains, by case id: what ``specwatch check`` marks "known" without a database.
+    Commit ranges need the history, so a finding matches here by its versions (or everywhere) only."""
+    findings = shipped_findings(target)
+    if not findings:
+        return {}
+    found = {r["case_id"]: first_match(findings, r["case_id"], version=version) for r in results if r.get("verdict") == "fail"}
+    return {case_id: finding for case_id, finding in found.items() if finding is not None}
