@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.findings import Finding, FindingError, FindingExistsError, edited, first_match, make_finding, shipped_findings
-from service.models import Commit, FindingState, KnownFinding, Target
+from service.findings import Finding, FindingExistsError, edited, first_match, make_finding, shipped_findings
+from service.models import Alert, Commit, FindingState, KnownFinding, Run, Target
 from service.queries.common import NotFoundError, get_target
 from service.releases import release_version
 
@@ -215,20 +215,15 @@ def finding_matcher(session: Session, target_id: int) -> FindingMatcher:
     return FindingMatcher([_finding(row) for row in rows], ranges)
 
 
-__all__ = [
-    "FindingError",
-    "FindingExistsError",
-    "FindingLink",
-    "FindingMatcher",
-    "FindingRow",
-    "Seeded",
-    "add_finding",
-    "commit_version",
-    "edit_finding",
-    "finding_matcher",
-    "get_finding",
-    "list_findings",
-    "remove_finding",
-    "seed_findings",
-    "seed_target_findings",
-]
+def alert_findings(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:
+    """The known findings that explain an alert's cases, by case id: matched at its first bad commit, with the
+    library version its detecting run recorded (a release's own version)."""
+    matcher = matcher if matcher is not None else finding_matcher(session, alert.target_id)
+    if not matcher:
+        return {}
+    commit = session.get_one(Commit, alert.first_bad_commit_id)
+    library_version = session.scalar(select(Run.library_version).where(Run.id == alert.detected_run_id)) if alert.detected_run_id else None
+    case_ids = [str(entry["case_id"]) for entry in alert.cases or () if entry.get("case_id")]
+    return matcher.match_all(
+        case_ids, version=commit_version(commit.sha, library_version), branch=commit.branch, branch_order=commit.branch_order
+    )
