@@ -2,8 +2,9 @@
 
 Pages: targets overview (``/ui``), a branch's timeline (commits × verdict, the first failing commit of each
 failure streak marked, commits whose failures are all known findings in their own colour), a target's known
-findings (each failure that one explains links to its entry there), a case over commits (log e-value relative to the rejection threshold, clipped, TV estimate with
-its interval, acceptance observed vs expected), a run, the alerts and one alert. They read through
+findings (each failure that one explains links to its entry there), a case over commits (log e-value relative
+to the rejection threshold, clipped, TV estimate with its interval, acceptance observed vs expected), a run, the
+alerts and one alert. They read through
 :mod:`service.queries`, like the API and the CLI, and follow the API's read auth (a signed-in session counts).
 Signing in with an API token and the forms that acknowledge and resolve alerts are in
 :mod:`service.dashboard.actions`.
