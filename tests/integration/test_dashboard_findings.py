@@ -81,7 +81,8 @@ def test_known_only_commits_are_coloured_apart_and_linked(client: TestClient, ro
 def test_a_commit_range_makes_only_its_commits_known(client: TestClient, rolled_back_factory: sessionmaker[Session]) -> None:
     history = seed(rolled_back_factory)
     with rolled_back_factory() as session:
-        add_finding(session, TARGET, FINDING | {"key": "toy-range", "versions": None, "commit_from": history.shas[3], "commit_to": history.shas[4]})
+        commits = {"commit_from": history.shas[3], "commit_to": history.shas[4]}
+        add_finding(session, TARGET, FINDING | {"key": "toy-range", "versions": None} | commits)
         session.commit()
     tags = rows(client.get(f"/ui/targets/{TARGET}").text)
     assert 'data-known-only="true"' in tags[history.shas[4]]
@@ -92,7 +93,7 @@ def test_run_case_alert_and_findings_pages_link_the_finding(client: TestClient, 
     seeded = seed(rolled_back_factory, **FINDING)
     run = client.get(f"/ui/runs/{seeded.runs[4]}").text
     assert run.count(FINDING_HREF) == 1  # the failing case only
-    assert f"(known: <a class=\"finding\" {FINDING_HREF}>{TITLE}</a>)" in run
+    assert f'(known: <a class="finding" {FINDING_HREF}>{TITLE}</a>)' in run
     passing = client.get(f"/ui/runs/{seeded.runs[3]}").text
     assert FINDING_HREF not in passing
 
