@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from service.cli import app
 from service.findings import shipped_findings
+from tests.support.history import FAILING_CASE, TARGET, seed_history
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +118,23 @@ def test_targets_add_seeds_transformers_and_seed_is_idempotent(rolled_back_facto
     back = json.loads(specwatch(rolled_back_factory, "findings", "seed", "transformers", "--json").stdout)
     assert (back["added"], len(back["kept"])) == ([shipped[0].key], len(shipped) - 1)
     assert len(json.loads(specwatch(rolled_back_factory, "findings", "list", "transformers", "--json").stdout)) == len(shipped)
+
+
+def test_history_says_which_failures_are_known(rolled_back_factory: sessionmaker[Session]) -> None:
+    with rolled_back_factory() as session:
+        seeded = seed_history(session)  # commits 4 and 5 fail FAILING_CASE; every run recorded library version 0.1
+        session.commit()
+    before = specwatch(rolled_back_factory, "history", TARGET)
+    assert "known)" not in before.output
+    args = ["--title", "t", "--case", FAILING_CASE, "--link", "https://x.org/1", "--versions", ">=0.1"]
+    assert specwatch(rolled_back_factory, "findings", "add", TARGET, "k", *args).exit_code == 0
+    table = specwatch(rolled_back_factory, "history", TARGET)
+    assert table.exit_code == 0, table.output
+    known = [line for line in table.output.splitlines() if "(all known)" in line]
+    assert len(known) == 2
+    assert all(any(seeded.shas[order][:12] in line for line in known) for order in (4, 5))
+    assert "first failing" not in table.output  # a streak of known failures starts no new one
+    page = json.loads(specwatch(rolled_back_factory, "history", TARGET, "--json").stdout)
+    by_order = {c["branch_order"]: c for c in page["commits"]}
+    assert (by_order[4]["known_failed_cases"], by_order[4]["findings"][0]["key"]) == (1, "k")
+    assert by_order[3]["known_failed_cases"] == 0
