@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -54,7 +55,7 @@ def _fmt_e(result: dict[str, Any]) -> str:
 
 def _fmt_known(result: dict[str, Any]) -> str:
     known = result.get("known_finding")
-    return f"\n[yellow]known: {known['title']}[/]\n[dim]{known['link']}[/]" if known else ""
+    return f"\n[yellow]known: {escape(known['title'])}[/]\n[dim]{escape(known['link'])}[/]" if known else ""
 
 
 def _fmt_verdict(result: dict[str, Any]) -> str:

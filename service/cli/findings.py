@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from service.cli.database import reading
@@ -31,7 +32,7 @@ def _table(findings: list[FindingRow]) -> Table:
     for f in findings:
         commits = f"{f.commit_from[:12]}..{(f.commit_to or '')[:12]}" if f.commit_from else "-"
         state = f"fixed in {f.fixed_in}" if f.state is FindingState.fixed and f.fixed_in else f.state.value
-        table.add_row(f.key, state, "\n".join(f.cases), f.versions or "-", commits, f.title, f.link)
+        table.add_row(f.key, escape(state), escape("\n".join(f.cases)), escape(f.versions or "-"), commits, escape(f.title), escape(f.link))
     return table
 
 
@@ -90,7 +91,9 @@ def _done(finding: FindingRow, verb: str, as_json: bool) -> None:
     if as_json:
         print_json(finding)
         return
-    console.print(f"{verb} known finding [bold]{finding.key}[/] of {finding.target}: {finding.title}", highlight=False, soft_wrap=True)
+    console.print(
+        f"{verb} known finding [bold]{finding.key}[/] of {finding.target}: {escape(finding.title)}", highlight=False, soft_wrap=True
+    )
 
 
 @findings_app.command("edit")
