@@ -22,7 +22,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.middleware.sessions import SessionMiddleware
 
-from service import api, api_query, dashboard, ops, webhooks
+from service import api, api_findings, api_query, dashboard, ops, webhooks
 from service.dashboard import actions as dashboard_actions
 from service.dashboard.session import SESSION_COOKIE, SESSION_MAX_AGE_S, session_secret
 from service.db import make_engine
@@ -120,6 +120,7 @@ def create_app(
     app.include_router(api.router)
     app.include_router(api_query.router)
     app.include_router(api_query.alerts_router)
+    app.include_router(api_findings.router)
     app.include_router(ops.router)
     app.include_router(dashboard.router)
     app.include_router(dashboard_actions.router)

@@ -1,5 +1,5 @@
 """The control plane's tables: targets, their commits, GitHub deliveries, suite runs, per-case results,
-alerts and the notification outbox.
+alerts, the notification outbox and the known findings of each target.
 
 Tables are created only by Alembic (``migrations/``), never by ``create_all()``. Conventions: constraints are
 named by :data:`NAMING_CONVENTION` (so migrations can drop them on every backend); enums are stored by value
@@ -141,6 +141,11 @@ class NotificationStatus(enum.StrEnum):
     pending = "pending"  # not sent yet (first try, or rescheduled after a 429 Retry-After)
     sent = "sent"
     failed = "failed"  # the last try failed; retried at next_attempt_at (None: given up, see last_error)
+
+
+class FindingState(enum.StrEnum):
+    open = "open"  # not fixed upstream: presumed present in later versions too
+    fixed = "fixed"  # fixed upstream (``fixed_in`` says where); its versions and commits still fail
 
 
 class Verdict(enum.StrEnum):
@@ -389,3 +394,33 @@ class Notification(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class KnownFinding(Base):
+    """A known failure of a target: cases (``fnmatch`` globs) that fail on some versions or commits because of a
+    documented upstream bug. A failure it matches is shown as "known" (dashboard, ``specwatch check``, alerts);
+    it still fails. Matching rules: :mod:`service.findings`.
+
+    ``key`` names it within its target (a shipped finding's key makes seeding idempotent). It applies to a
+    commit whose library version is in ``versions`` (a PEP 440 specifier set), or that lies in the commit range
+    ``commit_from`` .. ``commit_to`` (inclusive, on the first one's branch; no ``commit_to``: still affected);
+    with neither, to every commit.
+    """
+
+    __tablename__ = "known_findings"
+    __table_args__ = (UniqueConstraint("target_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(100))
+    title: Mapped[str] = mapped_column(String(300))
+    cases: Mapped[list[str]] = mapped_column(JSON, default=list)
+    versions: Mapped[str | None] = mapped_column(String(200))
+    commit_from: Mapped[str | None] = mapped_column(String(64))
+    commit_to: Mapped[str | None] = mapped_column(String(64))
+    link: Mapped[str] = mapped_column(String(500))
+    state: Mapped[FindingState] = mapped_column(_enum(FindingState, "finding_state"), default=FindingState.open)
+    # Where upstream fixed it (a version, a commit, a pull request); only for a fixed finding.
+    fixed_in: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

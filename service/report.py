@@ -2,7 +2,8 @@
 
 It says what was tested (library, version, commit, dependencies, torch, Python, device), which cases
 failed with the evidence (trials, e-value against the threshold, TV estimate and its interval, which is
-descriptive), and the exact command that reproduces the run (seeds derive from it).
+descriptive) and which of them a known finding explains (``known_finding``, set by ``specwatch check``), and the
+exact command that reproduces the run (seeds derive from it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ def _tv(result: dict[str, Any]) -> str:
     return f"{tv:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{tv:.3f}"
 
 
+def _known(result: dict[str, Any]) -> str:
+    known = result.get("known_finding")
+    if not known:
+        return "new"
+    title = _cell(known["title"])
+    link = str(known["link"])
+    return f"known: [{title}]({link})" if link.startswith(("https://", "http://")) else f"known: {title} (`{_cell(link)}`)"
+
+
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -40,8 +50,10 @@ def markdown_report(run: dict[str, Any], command: list[str]) -> str:
     environment = run.get("environment") or {}
     name = environment.get("library_name") or run.get("target", "?")
     version = environment.get("library_version", "")
+    known = sum(1 for r in failed if r.get("known_finding"))
     lines = [
-        f"## specwatch: {len(failed)} of {len(results)} case(s) fail on {name} {version}".rstrip(),
+        f"## specwatch: {len(failed)} of {len(results)} case(s) fail on {name} {version}".rstrip()
+        + (f" ({known} of them known finding{'s' if known != 1 else ''})" if known else ""),
         "",
         f"Verdict **{run.get('verdict', '?')}** at family-wise false-alarm rate α = {run.get('alpha')} "
         f"over {run.get('tests')} sequential tests (e-processes against exact laws); seed {run.get('seed')}, "
@@ -59,14 +71,15 @@ def markdown_report(run: dict[str, Any], command: list[str]) -> str:
             "",
             "### Failing cases",
             "",
-            "| case | layer | trials | evidence | TV estimate [99 % interval, descriptive] | reason |",
-            "| --- | --- | ---: | --- | --- | --- |",
+            "| case | layer | trials | evidence | TV estimate [99 % interval, descriptive] | reason | known? |",
+            "| --- | --- | ---: | --- | --- | --- | --- |",
         ]
         for r in failed + errored:
             layer = ", ".join(n for n in ("lossless", "conformance") if r.get(n) == "fail") or r.get("verdict", "")
             lines.append(
                 f"| `{r['case_id']}` | {layer} | {int(r.get('n_trials', 0)):,} | {_evidence(r)} | {_tv(r)} "
-                f"| {_cell((r.get('reason') or '').splitlines()[0] if r.get('reason') else '')} |"
+                f"| {_cell((r.get('reason') or '').splitlines()[0] if r.get('reason') else '')} "
+                f"| {_known(r) if r.get('verdict') == 'fail' else '-'} |"
             )
     lines += ["", "### Reproduce", "", "```", shlex.join(command), "```", ""]
     return "\n".join(lines)

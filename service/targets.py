@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.addresses import is_private_host
 from service.models import Commit, CommitPolicy, InstallMode, Run, Target
+from service.queries.findings import seed_findings
 from service.settings import Settings
 
 # Adapters the suite knows by name (workers/suite/targets/), with what each tests.
@@ -291,7 +292,8 @@ def make_spec(
 
 
 def add_target(session: Session, spec: TargetSpec) -> Target:
-    """Store a new target (flushed, not committed); :class:`TargetExistsError` if the name is taken."""
+    """Store a new target with the known findings shipped for its adapter (:func:`seed_findings`; flushed, not
+    committed); :class:`TargetExistsError` if the name is taken."""
     if session.scalar(select(Target.id).where(Target.name == spec.name)) is not None:
         raise TargetExistsError(f"target {spec.name!r} exists already (remove it first to change it)")
     target = Target(
@@ -305,6 +307,7 @@ def add_target(session: Session, spec: TargetSpec) -> Target:
     )
     session.add(target)
     session.flush()
+    seed_findings(session, target)
     return target
 
 

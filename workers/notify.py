@@ -19,7 +19,7 @@ payload, never logged: error texts are scrubbed of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +32,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
+from service.findings import is_web_link
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
+from service.queries import FindingLink, alert_findings
 from service.releases import release_version
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,18 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, int | float) else "—"
 
 
-def _case_line(entry: dict[str, Any]) -> str:
+def _known_text(finding: FindingLink, findings_url: str) -> str:
+    """A known finding in Slack mrkdwn: its entry on the dashboard, and its own link (the finding's section in
+    docs/findings.md, or the upstream issue)."""
+    own = f"<{finding.link}>" if is_web_link(finding.link) else f"`{finding.link}`"
+    # Slack's control characters in text: a title must not open or close a link.
+    title = finding.title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"known finding: <{findings_url}#finding-{finding.key}|{title}> ({own})"
+
+
+def _case_line(entry: dict[str, Any], known: str | None = None) -> str:
+    if known:
+        return f"{_case_line(entry)} — {known}"[:MAX_SECTION_TEXT]
     if entry.get("reason") == "broken":
         return f"*suite error*: {entry.get('error') or 'the suite could not run'}"[:MAX_SECTION_TEXT]
     if entry.get("reason") == "exception":
@@ -128,9 +141,12 @@ def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def slack_message(alert: Alert, event: str, dashboard_url: str) -> dict[str, Any]:
-    """The Block Kit message (and its text fallback) of an alert being opened or resolved."""
+def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mapping[str, FindingLink] | None = None) -> dict[str, Any]:
+    """The Block Kit message (and its text fallback) of an alert being opened or resolved; ``findings`` (by case
+    id) are the known findings that explain some of its cases, each linked beside its case."""
     target, commit = alert.target, alert.first_bad_commit
+    findings = findings or {}
+    findings_url = f"{dashboard_url.rstrip('/')}/ui/targets/{target.name}/findings"
     kind = {
         AlertKind.violation: "Losslessness violation",
         AlertKind.performance: "Performance regression",
@@ -171,10 +187,15 @@ def slack_message(alert: Alert, event: str, dashboard_url: str) -> dict[str, Any
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
     else:
         # Header, target, commit, confirmation and dashboard blocks take 5 of the 50.
-        blocks.extend(_sections([_case_line(e) for e in alert.cases], MAX_BLOCKS - 6))
+        lines = [
+            _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e.get("case_id") in findings else None) for e in alert.cases
+        ]
+        blocks.extend(_sections(lines, MAX_BLOCKS - 6))
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Confirmation:* {confirmation}"}]})
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{dashboard}|Open on the dashboard>"}})
-    text = f"{header}: {alert.summary or ''} — first bad commit {sha}; {dashboard}"[:MAX_FALLBACK_TEXT]
+    distinct = {f.key: f for f in findings.values()}.values()
+    known = "".join(f"; known finding: {f.title} ({f.link})" for f in distinct)
+    text = f"{header}: {alert.summary or ''} — first bad commit {sha}{known}; {dashboard}"[:MAX_FALLBACK_TEXT]
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
 
 
@@ -187,7 +208,7 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,
-        payload=slack_message(alert, event, config.dashboard_url),
+        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert)),
         status=NotificationStatus.pending,
     )
     return add_notification(session, row)

@@ -6,6 +6,7 @@ One module per group of commands, over shared pieces:
 - :mod:`service.cli.targets`: ``targets add|list|remove``;
 - :mod:`service.cli.history`: ``history``, ``runs show``, ``compare`` (over :mod:`service.queries`);
 - :mod:`service.cli.alerts`: ``alerts [ack|resolve]``;
+- :mod:`service.cli.findings`: ``findings list|add|edit|remove|seed`` (a target's known findings);
 - :mod:`service.cli.processes`: ``serve``, ``worker``, ``beat`` (run by :mod:`workers.cli`, imported by name);
 - :mod:`service.cli.exits` (exit statuses), :mod:`service.cli.output` (consoles, one-line errors, JSON) and
   :mod:`service.cli.database` (the unit of work of the database commands).
@@ -17,6 +18,7 @@ import typer
 
 from service.cli.alerts import alerts_app
 from service.cli.check import check
+from service.cli.findings import findings_app
 from service.cli.history import compare_command, history, runs_app
 from service.cli.processes import PASSTHROUGH, beat, serve, worker
 from service.cli.targets import targets_app
@@ -32,6 +34,7 @@ def _root() -> None:
 app.add_typer(targets_app, name="targets")
 app.add_typer(runs_app, name="runs")
 app.add_typer(alerts_app, name="alerts")
+app.add_typer(findings_app, name="findings")
 app.command("history")(history)
 app.command("compare")(compare_command)
 app.command()(check)

@@ -2,7 +2,9 @@
 
 The suite runs as ``python -m workers.suite run --events`` (the same JSON protocol the workers read), so the
 control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
-cases pass, 1 a violation, 2 a usage or target error).
+cases pass, 1 a violation, 2 a usage or target error), except that a run whose every failure is a known finding
+(:func:`service.findings.shipped_matches`: the findings shipped for the target, matched by the library version)
+exits 0 and says so, unless ``--strict``.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from service.cli.exits import OK, USAGE, VIOLATION
 from service.cli.output import console, out
+from service.findings import Finding, shipped_matches
 from service.queries import coverage_summary
 from service.report import markdown_report
 
@@ -47,6 +51,11 @@ def _fmt_e(result: dict[str, Any]) -> str:
     threshold = float(result["threshold"])
     value = "certain" if log_e is None else f"{math.exp(min(log_e, 690.0)):.3g}"
     return f"{value} / {threshold:.3g}"
+
+
+def _fmt_known(result: dict[str, Any]) -> str:
+    known = result.get("known_finding")
+    return f"\n[yellow]known: {escape(known['title'])}[/]\n[dim]{escape(known['link'])}[/]" if known else ""
 
 
 def _fmt_verdict(result: dict[str, Any]) -> str:
@@ -88,7 +97,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
         ("coverage", "left"),
         ("time", "right"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold" if name == "verdict" else "ellipsis")  # type: ignore[arg-type]
     table.caption = (
         "Decisions rest on the e-values (anytime-valid). The TV interval is computed at a data-dependent stop on the "
         "headline check: descriptive, not a guarantee."
@@ -96,7 +105,7 @@ def results_table(results: list[dict[str, Any]]) -> Table:
     for r in results:
         table.add_row(
             r["case_id"],
-            _fmt_verdict(r),
+            _fmt_verdict(r) + _fmt_known(r),
             f"{r['n_trials']:,}",
             _fmt_e(r),
             _fmt_tv(r),
@@ -199,10 +208,12 @@ def check(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="fail on known findings too (default: only on new failures)")] = False,
 ) -> None:
     """Test a speculative sampler for losslessness against exact reference laws.
 
-    Exit status: 0 all cases pass, 1 a violation, 2 a usage or target error.
+    Exit status: 0 all cases pass (or every failure is a known finding, without --strict), 1 a violation,
+    2 a usage or target error.
     """
     args = [
         "run",
@@ -219,12 +230,15 @@ def check(
     ]
     for pattern in cases or []:
         args += ["--cases", pattern]
-    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--json": json_file, "--pip": pip, "--source": source}
+    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
     code, results, error, stderr, run = _stream(suite_command(args))
+    known = mark_known(run, results)
     if results:
         out.print(results_table(results))
+    if json_file is not None and run:
+        json_file.write_text(json.dumps(run, indent=2, allow_nan=False) + "\n")
     if markdown is not None and run:
         markdown.write_text(markdown_report(run, reproduce_command(args, run)))
     if code == USAGE or code not in (OK, VIOLATION):
@@ -234,13 +248,46 @@ def check(
             message = f"{errored[0]['case_id']}: {errored[0]['reason'].splitlines()[0]}"
         console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}")
         raise typer.Exit(USAGE)
-    failed = sum(r["verdict"] == "fail" for r in results)
     what = f" — tested {tested(run)}" if run else ""
     if code == VIOLATION:
         for r in results:
             if r.get("failure") == "raised":  # the reason's first line: the exception (a finding about the sampler)
                 console.print(f"[bold red]{r['case_id']}:[/] {r['reason'].splitlines()[0]}", highlight=False, soft_wrap=True)
-        console.print(f"[bold red]{failed} of {len(results)} case(s) failed[/]{what}")
-    else:
-        console.print(f"[green]all {len(results)} case(s) passed[/]{what}")
+    code, line = outcome(results, known, strict=strict, suite_code=code)
+    colour = "green" if code == OK and not known else ("yellow" if code == OK else "bold red")
+    console.print(f"[{colour}]{line}[/]{what}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def mark_known(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Finding]:
+    """Mark the failures that a finding shipped for the run's target explains: each such result (in ``results``
+    and in ``run``'s own) gets ``known_finding`` {key, title, link, state, fixed_in}; ``run`` gets the lists
+    ``known_failures`` and ``new_failures``. Returns the findings by case id."""
+    version = (run.get("environment") or {}).get("library_version")
+    known = shipped_matches(results, target=str(run.get("target", "")), version=version)
+    for result in [*results, *(run.get("results") or [])]:
+        finding = known.get(result["case_id"]) if result.get("verdict") == "fail" else None
+        if finding is not None:
+            result["known_finding"] = {k: v for k, v in finding.as_dict().items() if k in ("key", "title", "link", "state", "fixed_in")}
+    if run:
+        failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
+        run["known_failures"] = [c for c in failed if c in known]
+        run["new_failures"] = [c for c in failed if c not in known]
+    return known
+
+
+def outcome(results: list[dict[str, Any]], known: dict[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
+    """The exit status and the summary line: known findings fail the run only with ``strict``."""
+    failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
+    if suite_code == OK:
+        return OK, f"all {len(results)} case(s) passed"
+    if not failed:
+        return suite_code, f"the run failed ({len(results)} case result(s))"
+    head = f"{len(failed)} of {len(results)} case(s) failed"
+    new = [c for c in failed if c not in known]
+    if new:
+        return VIOLATION, head + (f": {len(new)} new, {len(failed) - len(new)} known finding(s)" if len(new) < len(failed) else "")
+    which = "a known finding" if len(failed) == 1 else ("both known findings" if len(failed) == 2 else f"all {len(failed)} known findings")
+    if strict:
+        return VIOLATION, f"{head}, {which} (--strict)"
+    return OK, f"{head}, {which}; --strict to fail on {'it' if len(failed) == 1 else 'them'}"

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.cli.exits import UNAVAILABLE, USAGE
 from service.cli.output import fail
 from service.db import session_factory, session_scope
+from service.findings import FindingError
 from service.queries import NotFoundError, QueryError
 from service.targets import TargetError
 
@@ -34,7 +35,7 @@ def unit_of_work(ctx: typer.Context) -> Iterator[Session]:
     try:
         with session_scope(factory) as session:
             yield session
-    except TargetError as exc:
+    except (TargetError, FindingError) as exc:
         fail(str(exc), USAGE)
     except (OperationalError, ProgrammingError) as exc:
         # Unreachable, or not migrated (`alembic upgrade head`): one line, never a traceback or a password.

@@ -57,9 +57,12 @@ def history(
                 return
             table = Table("#", "commit", "run", "status", "failed cases", "message", title=f"{page.target} · {page.branch}")
             for c in page.commits:
-                status = _verdict(c.status) + (" [bold red]← first failing[/]" if c.first_failing else "")
+                status = _verdict(c.status) + (" [bold red]← first failing[/]" if c.first_failing and not c.known_only else "")
                 message = (c.message or "").splitlines()[0] if c.message else ""
-                table.add_row(str(c.branch_order), c.sha[:12], str(c.run_id or "-"), status, str(c.failed_cases or ""), message)
+                failed = str(c.failed_cases or "")
+                if c.known_failed_cases:
+                    failed += f" [yellow]({'all' if c.known_only else c.known_failed_cases} known)[/]"
+                table.add_row(str(c.branch_order), c.sha[:12], str(c.run_id or "-"), status, failed, message)
             out.print(table)
             return
         matching = [case_id for case_id in case_ids(session, target, branch=page.branch) if fnmatch.fnmatchcase(case_id, case)]

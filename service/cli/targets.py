@@ -16,6 +16,7 @@ from rich.table import Table
 from service.cli.database import unit_of_work
 from service.cli.exits import USAGE
 from service.cli.output import console, fail, out, print_json
+from service.findings import shipped_findings
 from service.models import CommitPolicy, InstallMode, Target
 from service.settings import get_settings
 from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
@@ -61,7 +62,9 @@ def add(
         add_target(session, spec)
     polled = f", polled every {format_duration(spec.poll_interval_s)}" if spec.poll_interval_s else ", webhooks only"
     branches = ", ".join(spec.branches)
-    console.print(f"added target [bold]{spec.name}[/] ({spec.repo_url}, {branches}{polled})", highlight=False, soft_wrap=True)
+    seeded = len(shipped_findings(spec.adapter))
+    findings = f"; {seeded} known finding(s) seeded (specwatch findings list {spec.name})" if seeded else ""
+    console.print(f"added target [bold]{spec.name}[/] ({spec.repo_url}, {branches}{polled}){findings}", highlight=False, soft_wrap=True)
 
 
 def _as_dict(target: Target) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The dashboard: server-rendered pages (Jinja2 templates shipped in this package, charts as inline SVG).
 
 Pages: targets overview (``/ui``), a branch's timeline (commits × verdict, the first failing commit of each
-failure streak marked), a case over commits (log e-value relative to the rejection threshold, clipped, TV estimate with
-its interval, acceptance observed vs expected), a run, the alerts and one alert. They read through
+failure streak marked, commits whose failures are all known findings in their own colour), a target's known
+findings (each failure that one explains links to its entry there), a case over commits (log e-value relative
+to the rejection threshold, clipped, TV estimate with its interval, acceptance observed vs expected), a run, the
+alerts and one alert. They read through
 :mod:`service.queries`, like the API and the CLI, and follow the API's read auth (a signed-in session counts).
 Signing in with an API token and the forms that acknowledge and resolve alerts are in
 :mod:`service.dashboard.actions`.
@@ -33,6 +35,7 @@ from service.queries import (
     commits_page,
     get_alert,
     list_alerts,
+    list_findings,
     run_detail,
     targets_overview,
 )
@@ -84,6 +87,15 @@ def timeline(
         raise _not_found(exc) from None
     alerts = list_alerts(session, target=name, branch=page.branch, limit=20)
     return render_page(request, "timeline.html", page=page, cases=cases, alerts=[a for a in alerts if a.state is not AlertState.resolved])
+
+
+@router.get("/targets/{name}/findings", response_class=HTMLResponse)
+def findings_page(request: Request, name: str, session: SessionDep) -> HTMLResponse:
+    try:
+        findings = list_findings(session, name)
+    except NotFoundError as exc:
+        raise _not_found(exc) from None
+    return render_page(request, "findings.html", target=name, findings=findings)
 
 
 #: The e-value chart plots log E / log threshold (1 = the threshold) and clips at these: a rejection far

@@ -1,4 +1,5 @@
-"""Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared.
+"""Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared;
+and the known findings of each target (:mod:`service.queries.findings`), which the readers use to mark known failures.
 
 The API (:mod:`service.api_query`), the CLI (:mod:`service.cli`) and the dashboard
 (:mod:`service.dashboard`) answer from these functions only. Each takes a :class:`~sqlalchemy.orm.Session`,
@@ -16,6 +17,22 @@ from service.queries.cases import CaseHistory, HistoryPoint, case_history, case_
 from service.queries.commits import CommitPage, CommitRow, commits_page, parse_cursor
 from service.queries.common import MAX_HISTORY, MAX_PAGE, SHA_PREFIX_MIN, NotFoundError, QueryError, get_target
 from service.queries.compare import CaseComparison, Comparison, compare, resolve_sha
+from service.queries.findings import (
+    FindingLink,
+    FindingMatcher,
+    FindingRow,
+    Seeded,
+    add_finding,
+    alert_findings,
+    commit_version,
+    edit_finding,
+    finding_matcher,
+    get_finding,
+    list_findings,
+    remove_finding,
+    seed_findings,
+    seed_target_findings,
+)
 from service.queries.runs import CaseRow, RunDetail, coverage_summary, run_detail
 from service.queries.targets import BranchHead, TargetSummary, runs_by_status, targets_overview
 
@@ -32,24 +49,38 @@ __all__ = [
     "CommitPage",
     "CommitRow",
     "Comparison",
+    "FindingLink",
+    "FindingMatcher",
+    "FindingRow",
     "HistoryPoint",
     "NotFoundError",
     "QueryError",
     "RunDetail",
+    "Seeded",
     "TargetSummary",
+    "add_finding",
+    "alert_findings",
     "alerts_by_state",
     "case_history",
     "case_ids",
+    "commit_version",
     "commits_page",
     "compare",
     "coverage_summary",
+    "edit_finding",
+    "finding_matcher",
     "get_alert",
+    "get_finding",
     "get_target",
     "list_alerts",
+    "list_findings",
     "parse_cursor",
+    "remove_finding",
     "resolve_sha",
     "run_detail",
     "runs_by_status",
+    "seed_findings",
+    "seed_target_findings",
     "set_alert_state",
     "targets_overview",
 ]

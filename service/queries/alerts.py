@@ -1,9 +1,10 @@
-"""Alerts: listed and filtered, one by id, acknowledged or resolved by hand, counted by kind and state."""
+"""Alerts: listed and filtered, one by id (each with the known findings that explain its cases), acknowledged or
+resolved by hand, counted by kind and state."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, AlertKind, AlertState, Commit, Target
 from service.queries.common import MAX_PAGE, NotFoundError, QueryError, get_target
+from service.queries.findings import FindingLink, FindingMatcher, alert_findings, finding_matcher
 
 
 class AlertStateError(QueryError):
@@ -37,14 +39,19 @@ class AlertRow:
     created_at: datetime | None
     acknowledged_at: datetime | None
     resolved_at: datetime | None
+    # The known findings that explain some of its cases, by case id (service.queries.findings).
+    findings: dict[str, FindingLink] = field(default_factory=dict)
 
 
 def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
     commit_ids = {a.first_bad_commit_id for a in alerts} | {a.last_good_commit_id for a in alerts if a.last_good_commit_id}
     commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(commit_ids)))} if commit_ids else {}
     targets = dict(session.execute(select(Target.id, Target.name)).all()) if alerts else {}
+    matchers: dict[int, FindingMatcher] = {}
     rows = []
     for alert in alerts:
+        if alert.target_id not in matchers:
+            matchers[alert.target_id] = finding_matcher(session, alert.target_id)
         bad = commits[alert.first_bad_commit_id]
         good = commits.get(alert.last_good_commit_id) if alert.last_good_commit_id else None
         rows.append(
@@ -66,6 +73,7 @@ def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
                 created_at=alert.created_at,
                 acknowledged_at=alert.acknowledged_at,
                 resolved_at=alert.resolved_at,
+                findings=alert_findings(session, alert, matchers[alert.target_id]),
             )
         )
     return rows

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from service.history import on_branch
 from service.models import CaseResult, Commit, Run, Verdict
 from service.queries.common import MAX_HISTORY, NotFoundError, QueryError, branch_of, get_target
+from service.queries.findings import FindingLink, commit_version, finding_matcher
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class HistoryPoint:
     acceptance_observed: float | None
     acceptance_expected: float | None
     fingerprint: str | None
+    # The known finding that explains this failure; None for a new failure or a pass.
+    finding: FindingLink | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
         select(
             Commit.sha,
             Commit.branch_order,
+            Commit.branch,
+            Run.library_version,
             CaseResult.run_id,
             CaseResult.verdict,
             CaseResult.log_e_value,
@@ -75,10 +80,17 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
         .where(Commit.id.in_(select(newest.c.id)), CaseResult.case_id == case_id)
         .order_by(Commit.branch_order.desc(), Run.id.desc())
     )
+    matcher = finding_matcher(session, target.id)
     points: dict[str, HistoryPoint] = {}
     for row in session.execute(query):
         if row.sha not in points:  # else an older run of the same commit
-            points[row.sha] = HistoryPoint(**row._asdict())
+            fields = row._asdict()
+            commit_branch, library_version = fields.pop("branch"), fields.pop("library_version")
+            finding = None
+            if matcher and row.verdict is Verdict.fail:
+                version = commit_version(row.sha, library_version)
+                finding = matcher.match(case_id, version=version, branch=commit_branch, branch_order=row.branch_order)
+            points[row.sha] = HistoryPoint(**fields, finding=finding)
     if not points:
         known = session.scalar(select(CaseResult.id).where(CaseResult.case_id == case_id).limit(1))
         if known is None:

@@ -1,4 +1,5 @@
-"""The commits of a branch, newest first and a page at a time: the timeline."""
+"""The commits of a branch, newest first and a page at a time: the timeline (each commit's failures split into
+known findings and new failures)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.history import on_branch
 from service.models import CaseResult, Commit, RunStatus, Verdict
 from service.queries.common import MAX_PAGE, NotFoundError, QueryError, branch_of, get_target, latest_runs
+from service.queries.findings import FindingLink, commit_version, finding_matcher
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,14 @@ class CommitRow:
     failed_cases: int
     # The first failing commit of a failure streak: its run failed and the previous commit's did not.
     first_failing: bool
+    # How many of the failed cases a known finding explains, and those findings (by key).
+    known_failed_cases: int = 0
+    findings: tuple[FindingLink, ...] = ()
+
+    @property
+    def known_only(self) -> bool:
+        """Its run failed, and a known finding explains every failed case: "still the known bug", not new."""
+        return self.status is RunStatus.failed and self.failed_cases > 0 and self.known_failed_cases == self.failed_cases
 
 
 @dataclass(frozen=True)
@@ -63,13 +73,17 @@ def commits_page(
     if before is None and not commits and branch not in target.branches:
         raise NotFoundError(f"target {target.name!r} has no branch {branch!r}")
     runs = latest_runs(session, [c.id for c in commits])
-    failed_counts = _failed_counts(session, [run.id for run in runs.values()])
+    failed_cases = _failed_cases(session, [run.id for run in runs.values()])
+    matcher = finding_matcher(session, target.id)
     rows = []
     for index, commit in enumerate(commits[:limit]):
         run = runs.get(commit.id)
         previous = commits[index + 1] if index + 1 < len(commits) else None
         previous_run = runs.get(previous.id) if previous else None
         failed = run is not None and run.status is RunStatus.failed
+        failures = failed_cases.get(run.id, []) if run else []
+        version = commit_version(commit.sha, run.library_version if run else None)
+        known = matcher.match_all(failures, version=version, branch=commit.branch, branch_order=commit.branch_order) if matcher else {}
         rows.append(
             CommitRow(
                 sha=commit.sha,
@@ -79,20 +93,24 @@ def commits_page(
                 message=commit.message,
                 run_id=run.id if run else None,
                 status=run.status if run else None,
-                failed_cases=failed_counts.get(run.id, 0) if run else 0,
+                failed_cases=len(failures),
                 first_failing=failed and (previous_run is None or previous_run.status is not RunStatus.failed),
+                known_failed_cases=len(known),
+                findings=tuple({link.key: link for link in known.values()}.values()),
             )
         )
     more = len(commits) > limit and rows[-1].branch_order is not None
     return CommitPage(target=target.name, branch=branch, commits=tuple(rows), next_cursor=str(rows[-1].branch_order) if more else None)
 
 
-def _failed_counts(session: Session, run_ids: Sequence[int]) -> dict[int, int]:
+def _failed_cases(session: Session, run_ids: Sequence[int]) -> dict[int, list[str]]:
+    """The failed case ids of each run."""
     if not run_ids:
         return {}
-    counts = session.execute(
-        select(CaseResult.run_id, func.count())
-        .where(CaseResult.run_id.in_(run_ids), CaseResult.verdict == Verdict.fail)
-        .group_by(CaseResult.run_id)
+    failed: dict[int, list[str]] = {}
+    rows = session.execute(
+        select(CaseResult.run_id, CaseResult.case_id).where(CaseResult.run_id.in_(run_ids), CaseResult.verdict == Verdict.fail)
     )
-    return dict(counts.all())
+    for run_id, case_id in rows:
+        failed.setdefault(run_id, []).append(case_id)
+    return failed

@@ -1,4 +1,5 @@
-"""One run with its case results, each compared with the previous tested run (:func:`service.history.previous_tested_run`)."""
+"""One run with its case results, each compared with the previous tested run (:func:`service.history.previous_tested_run`)
+and, when it failed, with the known finding that explains it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.history import previous_tested_run
 from service.models import CaseResult, Commit, Run, RunStatus, Target, Verdict
 from service.queries.common import NotFoundError
+from service.queries.findings import FindingLink, FindingMatcher, commit_version, finding_matcher
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class CaseRow:
     # Speculative end-to-end cases: drafts per verification, accepted drafts and rounds per call observed
     # in the library's own calls, the design and its shortfalls (the suite's ``coverage``); None otherwise.
     coverage: dict[str, Any] | None = None
+    # The known finding that explains this failure (service.queries.findings); None for a new failure or a pass.
+    finding: FindingLink | None = None
 
     @property
     def coverage_summary(self) -> str:
@@ -83,7 +87,7 @@ class RunDetail:
     previous_run_id: int | None = None
 
 
-def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None) -> CaseRow:
+def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None, finding: FindingLink | None = None) -> CaseRow:
     before = (previous or {}).get(result.case_id)
     same = None if not before or not result.fingerprint else before == result.fingerprint  # "": no output
     return CaseRow(
@@ -104,7 +108,15 @@ def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None)
         duration_s=result.duration_s,
         same_as_previous=same,
         coverage=(result.details or {}).get("coverage"),
+        finding=finding if result.verdict is Verdict.fail else None,
     )
+
+
+def _findings(matcher: FindingMatcher, commit: Commit, library_version: str | None, failed: list[str]) -> dict[str, FindingLink]:
+    if not matcher or not failed:
+        return {}
+    version = commit_version(commit.sha, library_version)
+    return matcher.match_all(failed, version=version, branch=commit.branch, branch_order=commit.branch_order)
 
 
 def run_detail(session: Session, run_id: int) -> RunDetail:
@@ -113,7 +125,9 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
     if found is None:
         raise NotFoundError(f"no run {run_id}")
     run, commit, target_name = found
-    results = session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id))
+    results = list(session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id)))
+    matcher = finding_matcher(session, commit.target_id)
+    findings = _findings(matcher, commit, run.library_version, [r.case_id for r in results if r.verdict is Verdict.fail])
     previous = previous_tested_run(session, commit, run.profile)
     previous_run_id = previous.id if previous is not None else None
     fingerprints: dict[str, str | None] = {}
@@ -137,7 +151,7 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         started_at=run.started_at,
         finished_at=run.finished_at,
         error=run.error,
-        cases=tuple(_case_row(r, fingerprints) for r in results),
+        cases=tuple(_case_row(r, fingerprints, findings.get(r.case_id)) for r in results),
         purpose=run.purpose.value,
         previous_run_id=previous_run_id,
     )

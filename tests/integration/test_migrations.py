@@ -16,7 +16,7 @@ from service.models import AlertKind, Base
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"targets", "commits", "deliveries", "runs", "case_results", "poll_states", "alerts", "notifications"}
+TABLES = {"targets", "commits", "deliveries", "runs", "case_results", "poll_states", "alerts", "notifications", "known_findings"}
 
 
 def tables_and_revision(url: str) -> tuple[set[str], str | None]:

@@ -1,0 +1,229 @@
+"""The known findings of each target in the database: listed, added, edited, removed, seeded; and matched
+against the failures the readers show (timeline, run, case, alerts).
+
+Writes flush, never commit (the API request or the CLI command commits). Matching follows
+:mod:`service.findings`; what the database adds is the commit range, resolved to branch positions here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.findings import Finding, FindingExistsError, edited, first_match, make_finding, shipped_findings
+from service.models import Alert, Commit, FindingState, KnownFinding, Run, Target
+from service.queries.common import NotFoundError, get_target
+from service.releases import release_version
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    target: str
+    key: str
+    title: str
+    cases: tuple[str, ...]
+    versions: str | None
+    commit_from: str | None
+    commit_to: str | None
+    link: str
+    state: FindingState
+    fixed_in: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class FindingLink:
+    """What a reader shows beside a failure that a known finding explains."""
+
+    key: str
+    title: str
+    link: str
+    state: FindingState
+
+
+@dataclass(frozen=True)
+class Seeded:
+    target: str
+    added: tuple[str, ...]
+    kept: tuple[str, ...]
+
+
+def _finding(row: KnownFinding) -> Finding:
+    return Finding(
+        key=row.key,
+        title=row.title,
+        cases=tuple(row.cases),
+        link=row.link,
+        versions=row.versions,
+        commit_from=row.commit_from,
+        commit_to=row.commit_to,
+        state=row.state,
+        fixed_in=row.fixed_in,
+    )
+
+
+def _row(target: str, row: KnownFinding) -> FindingRow:
+    return FindingRow(
+        target=target,
+        key=row.key,
+        title=row.title,
+        cases=tuple(row.cases),
+        versions=row.versions,
+        commit_from=row.commit_from,
+        commit_to=row.commit_to,
+        link=row.link,
+        state=row.state,
+        fixed_in=row.fixed_in,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _stored(session: Session, target: Target, key: str) -> KnownFinding:
+    row = session.scalar(select(KnownFinding).where(KnownFinding.target_id == target.id, KnownFinding.key == key))
+    if row is None:
+        raise NotFoundError(f"target {target.name!r} has no known finding {key!r}")
+    return row
+
+
+def _assign(row: KnownFinding, finding: Finding) -> None:
+    for name, value in finding.as_dict().items():
+        setattr(row, name, FindingState(value) if name == "state" else value)
+
+
+def list_findings(session: Session, target_name: str) -> list[FindingRow]:
+    """A target's known findings, by key."""
+    target = get_target(session, target_name)
+    rows = session.scalars(select(KnownFinding).where(KnownFinding.target_id == target.id).order_by(KnownFinding.key))
+    return [_row(target.name, row) for row in rows]
+
+
+def get_finding(session: Session, target_name: str, key: str) -> FindingRow:
+    target = get_target(session, target_name)
+    return _row(target.name, _stored(session, target, key))
+
+
+def _insert(session: Session, target: Target, finding: Finding) -> KnownFinding:
+    row = KnownFinding(target_id=target.id)
+    _assign(row, finding)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def add_finding(session: Session, target_name: str, fields: dict[str, Any]) -> FindingRow:
+    """Validate and store a new finding; :class:`FindingExistsError` when the key is taken (flushed, not committed)."""
+    target = get_target(session, target_name)
+    finding = make_finding(fields)
+    exists = session.scalar(select(KnownFinding.id).where(KnownFinding.target_id == target.id, KnownFinding.key == finding.key))
+    if exists is not None:
+        raise FindingExistsError(f"target {target.name!r} has a known finding {finding.key!r} already (edit it instead)")
+    return _row(target.name, _insert(session, target, finding))
+
+
+def edit_finding(session: Session, target_name: str, key: str, changes: dict[str, Any], *, now: datetime) -> FindingRow:
+    """Apply ``changes`` (``None`` clears an optional field) and validate the result (flushed, not committed)."""
+    target = get_target(session, target_name)
+    row = _stored(session, target, key)
+    _assign(row, edited(_finding(row), changes))
+    row.updated_at = now
+    session.flush()
+    return _row(target.name, row)
+
+
+def remove_finding(session: Session, target_name: str, key: str) -> None:
+    target = get_target(session, target_name)
+    session.delete(_stored(session, target, key))
+    session.flush()
+
+
+def seed_findings(session: Session, target: Target) -> Seeded:
+    """Add the findings shipped for the target's adapter whose keys it lacks; a finding it has (perhaps edited)
+    is kept as it is. Idempotent: seeding again adds nothing (flushed, not committed)."""
+    have = set(session.scalars(select(KnownFinding.key).where(KnownFinding.target_id == target.id)))
+    added, kept = [], []
+    for finding in shipped_findings(target.adapter):
+        if finding.key in have:
+            kept.append(finding.key)
+            continue
+        _insert(session, target, finding)
+        added.append(finding.key)
+    return Seeded(target=target.name, added=tuple(added), kept=tuple(kept))
+
+
+def seed_target_findings(session: Session, target_name: str) -> Seeded:
+    return seed_findings(session, get_target(session, target_name))
+
+
+def commit_version(sha: str, library_version: str | None) -> str | None:
+    """The library version a commit was tested at: a release's own version, else what its run recorded."""
+    return release_version(sha) or library_version
+
+
+class FindingMatcher:
+    """A target's findings, ready to name the known failures of its commits (one per reader request)."""
+
+    def __init__(self, findings: Sequence[Finding], ranges: dict[str, tuple[str | None, int, int | None]]) -> None:
+        self._findings = tuple(findings)
+        # key -> (branch, first affected order, last affected order or None): commit ranges resolved.
+        self._ranges = ranges
+
+    def __bool__(self) -> bool:
+        return bool(self._findings)
+
+    def match(self, case_id: str, *, version: str | None, branch: str | None = None, branch_order: int | None = None) -> FindingLink | None:
+        in_range = {
+            key: branch == first_branch and branch_order is not None and start <= branch_order and (end is None or branch_order <= end)
+            for key, (first_branch, start, end) in self._ranges.items()
+        }
+        found = first_match(self._findings, case_id, version=version, in_range=in_range)
+        return None if found is None else FindingLink(key=found.key, title=found.title, link=found.link, state=found.state)
+
+    def match_all(
+        self, case_ids: Iterable[str], *, version: str | None, branch: str | None = None, branch_order: int | None = None
+    ) -> dict[str, FindingLink]:
+        """The findings of those of ``case_ids`` that one explains, by case id."""
+        found = {case_id: self.match(case_id, version=version, branch=branch, branch_order=branch_order) for case_id in case_ids}
+        return {case_id: link for case_id, link in found.items() if link is not None}
+
+
+def _position(session: Session, target_id: int, sha: str) -> tuple[str | None, int | None] | None:
+    rows = session.execute(
+        select(Commit.branch, Commit.branch_order).where(Commit.target_id == target_id, Commit.sha.startswith(sha)).limit(2)
+    ).all()
+    return (rows[0][0], rows[0][1]) if len(rows) == 1 else None
+
+
+def finding_matcher(session: Session, target_id: int) -> FindingMatcher:
+    """The matcher of a target's findings; a commit range whose commits are not recorded (yet) matches nothing."""
+    rows = list(session.scalars(select(KnownFinding).where(KnownFinding.target_id == target_id).order_by(KnownFinding.key)))
+    ranges: dict[str, tuple[str | None, int, int | None]] = {}
+    for row in rows:
+        if row.commit_from is None:
+            continue
+        start = _position(session, target_id, row.commit_from)
+        end = _position(session, target_id, row.commit_to) if row.commit_to else None
+        if start is None or start[1] is None or (row.commit_to and (end is None or end[0] != start[0])):
+            continue
+        ranges[row.key] = (start[0], start[1], end[1] if end else None)
+    return FindingMatcher([_finding(row) for row in rows], ranges)
+
+
+def alert_findings(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:
+    """The known findings that explain an alert's cases, by case id: matched at its first bad commit, with the
+    library version its detecting run recorded (a release's own version)."""
+    matcher = matcher if matcher is not None else finding_matcher(session, alert.target_id)
+    if not matcher:
+        return {}
+    commit = session.get_one(Commit, alert.first_bad_commit_id)
+    library_version = session.scalar(select(Run.library_version).where(Run.id == alert.detected_run_id)) if alert.detected_run_id else None
+    case_ids = [str(entry["case_id"]) for entry in alert.cases or () if entry.get("case_id")]
+    return matcher.match_all(
+        case_ids, version=commit_version(commit.sha, library_version), branch=commit.branch, branch_order=commit.branch_order
+    )
