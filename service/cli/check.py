@@ -2,7 +2,7 @@
 
 The suite runs as ``python -m workers.suite run --events`` (the same JSON protocol the workers read), so the
 control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
-cases pass, 1 a violation, 2 a usage or target error).
+cases pass, 1 a violation, 2 a usage or target error, 3 the ``--pip`` release could not be installed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from service.cli.exits import OK, USAGE, VIOLATION
+from service.cli.exits import INSTALL, OK, USAGE, VIOLATION
 from service.cli.output import console, out
 from service.queries import coverage_summary
 from service.report import markdown_report
@@ -202,7 +202,8 @@ def check(
 ) -> None:
     """Test a speculative sampler for losslessness against exact reference laws.
 
-    Exit status: 0 all cases pass, 1 a violation, 2 a usage or target error.
+    Exit status: 0 all cases pass, 1 a violation, 2 a usage or target error, 3 the --pip release could not be
+    installed (a missing dependency, conflicting dependencies, the package index unreachable).
     """
     args = [
         "run",
@@ -227,6 +228,10 @@ def check(
         out.print(results_table(results))
     if markdown is not None and run:
         markdown.write_text(markdown_report(run, reproduce_command(args, run)))
+    if code == INSTALL:  # nothing was tested: say what pip could not install, not that the release is broken
+        message = error or (stderr.strip().splitlines() or ["could not install the release"])[-1]
+        console.print(f"[bold red]{message.removeprefix('error: ')}[/]", highlight=False, soft_wrap=True)
+        raise typer.Exit(INSTALL)
     if code == USAGE or code not in (OK, VIOLATION):
         message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
         errored = [r for r in results if r["verdict"] == "error"]
