@@ -31,6 +31,8 @@ _SHARED = ("torch", "numpy", "scipy")
 #: ``libc10_cuda.so`` and break ``import transformers`` beside a CPU torch. The suite never needs them; where the
 #: interpreter has its own builds, those stay visible.
 _COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: pip's debug log of the last install attempt, in the release's folder.
+_PIP_LOG = ".pip.log"
 #: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
 _BINARY_CRITICAL = ("torch",)
 
@@ -52,23 +54,25 @@ class InstallError(TargetError):
 INSTALL_CAUSES = ("missing", "conflict", "network", "pip")
 
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+#: Lines of pip's output (its ``--log``, at debug level) about fetching from the index, and in them the causes
+#: that say the index could not be reached. A 4xx (a project the index does not have) is not one of them.
+_FETCH_LINE = re.compile(r"^.*(?:Could not fetch URL|Retrying \(Retry|HTTP error|ConnectionError|ReadTimeoutError).*$", re.M)
 _NETWORK = re.compile(
-    r"Retrying \(Retry\(|NewConnectionError|ConnectTimeout|ReadTimeout|Could not fetch URL|HTTP error \d+|ProxyError|"
-    r"SSLError|Max retries exceeded|Temporary failure in name resolution|Name or service not known|Connection refused|"
-    r"[Cc]onnection (?:reset|aborted|broken)|\b5\d\d (?:Server Error|error responses)"
+    r"too many 5\d\d error responses|\b5\d\d Server Error|HTTP error 5\d\d|Connection refused|timed out|Network is unreachable|"
+    r"Temporary failure in name resolution|Name or service not known|SSL[A-Za-z]*Error|Connection reset by peer|Connection aborted"
 )
 _CONFLICT = re.compile(r"ResolutionImpossible|conflicting dependencies")
 _DEPENDS = re.compile(r"^\s*(.+ depends on .+?)\s*$", re.M)
 
 
 def install_failure(requirement: str, output: str) -> InstallError:
-    """What pip's ``output`` (stdout and stderr) says about why ``requirement`` could not be installed.
+    """What pip's ``output`` (stdout, stderr and its debug log) says about why ``requirement`` could not be installed.
 
     Network trouble wins over a missing distribution: pip reports an index it could not reach as a
     requirement with no matching version.
     """
     missing = _NO_MATCH.findall(output)
-    network = _NETWORK.search(output)
+    network = next((found for line in _FETCH_LINE.findall(output) if (found := _NETWORK.search(line))), None)
     if network is not None:
         why = f"the package index could not be reached: {network[0]}"
         return InstallError(missing[-1] if missing else requirement, "network", why, wanted=requirement)
@@ -116,24 +120,30 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
                 print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
             result = _pip_target(requirement, target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
     if result.returncode != 0:
-        raise install_failure(requirement, result.stdout + "\n" + result.stderr)
+        log_text = (target / _PIP_LOG).read_text(errors="replace") if (target / _PIP_LOG).exists() else ""
+        raise install_failure(requirement, "\n".join((result.stdout, result.stderr, log_text)))
     for name in (*_SHARED, *_COMPANIONS):  # keep the interpreter's builds
         for path in target.glob(f"{name}*"):
             if path.is_dir() and (path.name in (name, f"{name}.libs") or path.name.startswith(f"{name}-")):
                 _remove_tree(path)
+    (target / _PIP_LOG).unlink(missing_ok=True)
     done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))
     return target
 
 
 def _pip_target(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``pip install --target`` with ``pins`` as constraints (not quiet: its messages about the index are how a
-    failure is told apart, see :func:`install_failure`)."""
+    """``pip install --target`` with ``pins`` as constraints; its debug log in ``target/.pip.log`` (what it met at
+    the index: how :func:`install_failure` tells an unreachable index from a missing distribution)."""
+    (target / _PIP_LOG).unlink(missing_ok=True)
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
     cmd = [
         sys.executable,
         "-m",
         "pip",
         "install",
+        "--quiet",
+        "--log",
+        str(target / _PIP_LOG),
         "--disable-pip-version-check",
         "--upgrade",
         "--target",
