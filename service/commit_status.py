@@ -61,6 +61,7 @@ STATUSES = {
     "success": ("success", "run passed"),
     "failure": ("failure", "run failed (a distribution test rejected)"),
     "error": ("error", "run could not test this commit"),
+    "uninstallable": ("error", "could not install this commit (not a test result)"),
     "confirming": ("pending", "run failed; confirming with fresh seeds before alerting"),
     "confirmed": ("failure", "run failed, confirmed by a rerun with fresh seeds"),
     "not-confirmed": ("success", "passed: the first run's rejection was not confirmed by a rerun"),

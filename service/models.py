@@ -103,14 +103,16 @@ class RunStatus(enum.StrEnum):
     running = "running"
     passed = "passed"
     failed = "failed"
-    error = "error"
+    error = "error"  # the commit does not import, or crashes the suite: broken
+    # The release (or checkout) could not be installed, attempt after attempt: nothing was tested.
+    uninstallable = "uninstallable"
     cancelled = "cancelled"
 
 
-#: A run that ran to its end: its outcome is stored (passed, failed) or it could not test its commit
-#: (error). The one definition of "finished": the analysis reads only these runs, and no worker claims one
-#: again (nor a ``cancelled`` run).
-FINISHED_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error})
+#: A run that ran to its end: its outcome is stored (passed, failed), it could not test its commit (error), or
+#: its commit could not be installed however often it was retried (uninstallable). The one definition of
+#: "finished": the analysis reads only these runs, and no worker claims one again (nor a ``cancelled`` run).
+FINISHED_STATUSES = frozenset({RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.uninstallable})
 
 
 class RunPurpose(enum.StrEnum):
@@ -124,6 +126,7 @@ class AlertKind(enum.StrEnum):
     performance = "performance"  # lossless, but the acceptance behaviour changed
     broken = "broken"  # the commit does not import or crashes the suite
     exception = "exception"  # the sampler raised on a valid input: a finding about the sampler
+    uninstallable = "uninstallable"  # could not install (a missing dependency, the index unreachable), persistently
 
 
 class AlertState(enum.StrEnum):
@@ -263,6 +266,9 @@ class Run(Base):
     status: Mapped[RunStatus] = mapped_column(_enum(RunStatus, "run_status"), default=RunStatus.queued)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    # Attempts that ended because the release or checkout could not be installed (each queued the run again
+    # after a backoff); they do not count against max_attempts, which caps attempts lost with their worker.
+    install_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     worker_host: Mapped[str | None] = mapped_column(String(255))
@@ -331,7 +337,7 @@ class Alert(Base):
 
     ``branch`` is the commit's branch, or :data:`RELEASES_BRANCH` for release commits (a unique key must not
     hold NULL, which PostgreSQL treats as distinct). ``cases`` lists the failing cases as found, each a dict
-    with ``case_id``, ``reason`` (lossless, conformance, drift or broken), ``e_value``, ``log_e_value``,
+    with ``case_id``, ``reason`` (lossless, conformance, drift, exception, broken or uninstallable), ``e_value``, ``log_e_value``,
     ``threshold``, ``tv_estimate``, ``acceptance_observed``, ``acceptance_expected`` and, when confirmed,
     ``confirmation_log_e_value``.
     """

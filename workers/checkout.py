@@ -45,7 +45,15 @@ _LOG_FORMAT = "%H%x00%P%x00%an <%ae>%x00%cI%x00%B%x1e"
 
 
 class CheckoutError(Exception):
-    """The commit's source tree cannot be produced: a domain error, recorded on the run, never retried."""
+    """The commit's source tree cannot be produced: a domain error, recorded on the run.
+
+    ``transient``: the remote could not be reached (host not found, no connection, TLS, a timeout); the run is
+    then tried again later like a release that could not be installed, not recorded as a broken commit.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class CommitNotFoundError(CheckoutError):
@@ -80,6 +88,10 @@ _GIT_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+#: Causes of a failed git command that say nothing about the commit: the remote could not be reached.
+_TRANSIENT_CAUSES = frozenset({"host not found", "could not connect", "TLS error"})
+
+
 def summarise_git_error(stderr: str) -> str:
     """One line for a failed git command's ``stderr``: a known cause, else ``see the worker log``."""
     for pattern, cause in _GIT_CAUSES:
@@ -106,11 +118,12 @@ def git(*args: str, cwd: Path | None = None, timeout: float = 600, policy: RepoP
             command, cwd=cwd, env=_git_environment(), capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as exc:
-        raise CheckoutError(f"{what} took longer than {timeout:g} s") from exc
+        raise CheckoutError(f"{what} took longer than {timeout:g} s", transient=True) from exc
     if done.returncode != 0:
         stderr = done.stderr.strip()[-_STDERR_TAIL:]
         log.info("git_failed command=%s exit=%s stderr=%s", loggable(what), done.returncode, loggable(stderr, 1000))
-        raise CheckoutError(f"{what} failed (exit {done.returncode}): {summarise_git_error(stderr)}")
+        cause = summarise_git_error(stderr)
+        raise CheckoutError(f"{what} failed (exit {done.returncode}): {cause}", transient=cause in _TRANSIENT_CAUSES)
     return done.stdout
 
 

@@ -15,9 +15,13 @@ no checkout; the suite gets ``--pip <target name>==<version>`` and installs that
 folder (``settings.release_cache_dir``) before testing it.
 
 Outcomes: the suite's verdict ``pass``/``fail`` (cross-checked with its exit status 0/1) makes the run
-``passed``/``failed``. Anything else is ``error`` and never a violation: a commit the suite cannot import or
-run (exit 2), a crash (another exit status or a signal, e.g. the memory limit), a wall-clock timeout, a
-checkout failure (unknown commit) or an unknown profile. The end of the suite's stderr is kept as the log tail.
+``passed``/``failed``. A release pip could not install (exit 3: a dependency missing from the index, conflicting
+dependencies, the index unreachable) or a checkout that could not be fetched (the remote unreachable) is
+``uninstallable``: nothing was tested, the attempt is retried after a backoff
+(:func:`workers.runs.record_install_failure`) and the run ends ``uninstallable`` only when the failure persists.
+Anything else is ``error`` (broken) and never a violation: a commit the suite cannot import or run (exit 2), a
+crash (another exit status or a signal, e.g. the memory limit), a wall-clock timeout, a checkout failure
+(unknown commit) or an unknown profile. The end of the suite's stderr is kept as the log tail.
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ from service.targets import RepoPolicy
 from workers.checkout import CheckoutError, MirrorCache
 from workers.isolation import Sandbox, resolve_sandbox
 from workers.profiles import Profile, UnknownProfileError, get_profile
-from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_outcome, renew_lease
+from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import WorkerSettings
+from workers.suite.exits import SuiteExit
 from workers.suite.results import ResultSchemaError, RunResult
 
 log = logging.getLogger(__name__)
@@ -122,8 +127,10 @@ class Heartbeat:
 @dataclass(frozen=True)
 class AttemptResult:
     run_id: int
-    status: str  # a RunStatus value, or "skipped" / "lease-lost"
+    status: str  # a RunStatus value (queued: could not install, retried), or "skipped" / "lease-lost"
     reason: str | None = None
+    # The run could not install its commit and is queued again: send it again after this many seconds.
+    retry_in_s: float | None = None
 
 
 def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: WorkerSettings) -> AttemptResult:
@@ -146,12 +153,36 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         except LeaseLostError as exc:
             log.warning("run_abandoned run_id=%s attempt=%s reason=%s", run_id, claim.attempt, exc)
             return AttemptResult(run_id, "lease-lost", str(exc))
+    if outcome.status is RunStatus.uninstallable:
+        return _install_failed(factory, claim, outcome, settings)
     with session_scope(factory) as session:
         stored = record_outcome(session, run_id, claim.attempt, outcome, now=utcnow())
     if not stored:
         return AttemptResult(run_id, "lease-lost", "another attempt holds the run")
     log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
     return AttemptResult(run_id, outcome.status.value, outcome.error)
+
+
+def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: RunOutcome, settings: WorkerSettings) -> AttemptResult:
+    """The attempt could not install its commit: queued again after a backoff, or ended ``uninstallable``."""
+    with session_scope(factory) as session:
+        failure = record_install_failure(
+            session, claim.run_id, claim.attempt, outcome, now=utcnow(), retry=settings.install_retry(), grace_s=settings.lease_s
+        )
+    if failure is None:
+        return AttemptResult(claim.run_id, "lease-lost", "another attempt holds the run")
+    if failure.retry_in_s is None:
+        log.warning("run_uninstallable run_id=%s attempts=%s error=%s", claim.run_id, failure.failures, outcome.error)
+        return AttemptResult(claim.run_id, RunStatus.uninstallable.value, outcome.error)
+    log.warning(
+        "run_install_failed run_id=%s attempt=%s failures=%s retry_in_s=%g error=%s",
+        claim.run_id,
+        claim.attempt,
+        failure.failures,
+        failure.retry_in_s,
+        outcome.error,
+    )
+    return AttemptResult(claim.run_id, RunStatus.queued.value, outcome.error, retry_in_s=failure.retry_in_s)
 
 
 def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> RunOutcome:
@@ -178,6 +209,8 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
                 outcome = _run_suite(claim, command, scratch, settings, heartbeat)
                 return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
         except CheckoutError as exc:
+            if exc.transient:  # the remote could not be reached: this commit's source could not be installed
+                return RunOutcome(RunStatus.uninstallable, error=f"could not install: {claim.sha[:12]} (checkout failed: {exc})")
             return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -306,7 +339,9 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         return RunOutcome(RunStatus.passed, **common)
     if code == 1 and verdict == "fail":
         return RunOutcome(RunStatus.failed, **common)
-    if code == 2:
+    if code == SuiteExit.INSTALL:
+        return RunOutcome(RunStatus.uninstallable, error=_last_line(outcome.stderr_tail).removeprefix("error: "), **common)
+    if code == SuiteExit.USAGE:
         error = f"the suite could not test this commit (exit 2, a broken commit or target): {_last_line(outcome.stderr_tail)}"
     elif code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)

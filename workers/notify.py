@@ -101,6 +101,8 @@ def _case_line(entry: dict[str, Any], known: str | None = None) -> str:
         return f"{_case_line(entry)} — {known}"[:MAX_SECTION_TEXT]
     if entry.get("reason") == "broken":
         return f"*suite error*: {entry.get('error') or 'the suite could not run'}"[:MAX_SECTION_TEXT]
+    if entry.get("reason") == "uninstallable":
+        return f"*could not install*: {entry.get('error') or entry.get('requirement') or 'pip failed'}"[:MAX_SECTION_TEXT]
     if entry.get("reason") == "exception":
         return f"• `{entry['case_id']}` (the sampler raised on a valid input): {entry.get('error') or '—'}"[:MAX_SECTION_TEXT]
     e_value = (
@@ -152,6 +154,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         AlertKind.performance: "Performance regression",
         AlertKind.broken: "Broken commit",
         AlertKind.exception: "Sampler exception on a valid input",
+        AlertKind.uninstallable: "Could not install",
     }[alert.kind]
     verb = "Resolved" if event == "resolved" else ""
     header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
@@ -161,6 +164,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.kind is AlertKind.uninstallable:
+        confirmation = "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)"
     elif alert.confirmed and alert.kind is AlertKind.exception:
         confirmation = "confirmed by a second run with fresh seeds (the target raised again)"
     elif alert.confirmed:

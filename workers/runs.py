@@ -7,7 +7,11 @@ same ``attempt``) may renew its lease or store its results. A worker that lost i
 or too slow to heartbeat) finds its results refused.
 
 ``attempt`` counts claims: executions started. The sweeper hands back a run whose lease expired (its
-worker died) and gives up, with a clear error, once ``attempt`` reached ``max_attempts``.
+worker died) and gives up, with a clear error, once the attempts lost that way reached ``max_attempts``.
+
+An attempt that could not install its release or checkout (:attr:`RunStatus.uninstallable` outcome) is not
+lost: :func:`record_install_failure` counts it in ``install_failures`` and queues the run again after a backoff
+(:class:`InstallRetry`), and ends it ``uninstallable`` once the failures persist.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
@@ -78,6 +82,11 @@ def _finish(run: Run, status: RunStatus, now: datetime, *, error: str | None = N
     run.error = error
 
 
+def lost_attempts(run: Run) -> int:
+    """Attempts that ended without an outcome (their worker died): claims, less those that could not install."""
+    return run.attempt - run.install_failures
+
+
 def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, lease_s: float) -> RunSpec | Skipped:
     """Start attempt ``attempt + 1`` of a run, or say why not (finished, held by a live worker, out of attempts).
 
@@ -92,7 +101,7 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
     held = run.status == RunStatus.running and run.lease_expires_at is not None and run.lease_expires_at > now
     if held and run.worker_host != worker:
         return Skipped(run_id, f"held by {run.worker_host} (attempt {run.attempt}) until {run.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")
-    if run.attempt >= run.max_attempts:
+    if lost_attempts(run) >= run.max_attempts:
         _finish(run, RunStatus.error, now, error=_gave_up(run))
         session.flush()
         return Skipped(run_id, "out of attempts")
@@ -121,7 +130,7 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
 def _gave_up(run: Run) -> str:
     last = f"; the last one was on {run.worker_host}, last heartbeat {run.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}" if run.heartbeat_at else ""
     return (
-        f"gave up after {run.attempt} of {run.max_attempts} attempts: each worker stopped renewing its lease "
+        f"gave up after {lost_attempts(run)} of {run.max_attempts} attempts: each worker stopped renewing its lease "
         f"before finishing (worker killed, out of memory, or machine lost){last}"
     )
 
@@ -168,6 +177,63 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
     session.add_all(case_result_row(run_id, case) for case in outcome.cases)
     session.flush()
     return True
+
+
+@dataclass(frozen=True)
+class InstallRetry:
+    """How a run that could not install its release (or fetch its checkout) is retried: ``retries`` more times
+    after the first failure, waiting ``backoff_s`` and then twice as long each time, never over ``backoff_max_s``.
+
+    Defaults (:class:`~workers.settings.WorkerSettings`): 6 retries from 5 minutes up to 45: 7 attempts over about
+    2 h 45 min before the run ends ``uninstallable``.
+    """
+
+    retries: int = 6
+    backoff_s: float = 300
+    backoff_max_s: float = 2700
+
+    def delay(self, failures: int) -> float | None:
+        """Seconds before the next attempt once ``failures`` attempts could not install; None: give up."""
+        if failures > self.retries:
+            return None
+        return float(min(self.backoff_s * 2 ** (failures - 1), self.backoff_max_s))
+
+
+@dataclass(frozen=True)
+class InstallFailure:
+    """What :func:`record_install_failure` did: the run's install failures so far, and when it is tried again
+    (None: it ended ``uninstallable``)."""
+
+    failures: int
+    retry_in_s: float | None
+
+
+def record_install_failure(
+    session: Session, run_id: int, attempt: int, outcome: RunOutcome, *, now: datetime, retry: InstallRetry, grace_s: float
+) -> InstallFailure | None:
+    """``attempt`` could not install its commit: queue the run again after :meth:`InstallRetry.delay`, or, once the
+    retries are spent, store ``outcome`` (status ``uninstallable``). None (nothing stored) if the attempt lost the run.
+
+    A queued run's lease is its retry time plus ``grace_s``: the caller sends the retry with that countdown after
+    commit, and should that message be lost the sweeper re-enqueues the run once the lease has passed.
+    """
+    run = _lock(session, run_id)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        log.warning("run_result_discarded run_id=%s attempt=%s", run_id, attempt)
+        return None
+    run.install_failures += 1
+    delay = retry.delay(run.install_failures)
+    if delay is None:
+        since = f" since {run.queued_at:%Y-%m-%d %H:%M} UTC" if run.queued_at else ""
+        final = replace(outcome, error=f"{outcome.error}; gave up after {run.install_failures} attempts{since}")
+        record_outcome(session, run_id, attempt, final, now=now)
+        return InstallFailure(run.install_failures, None)
+    run.status = RunStatus.queued
+    run.lease_expires_at = now + timedelta(seconds=delay + grace_s)
+    run.log_tail = outcome.log_tail
+    run.error = f"{outcome.error}; attempt {run.install_failures} of {retry.retries + 1}, next in {delay:g} s"
+    session.flush()
+    return InstallFailure(run.install_failures, delay)
 
 
 def _float(value: float | None) -> float | None:
@@ -248,7 +314,7 @@ def sweep(session: Session, *, now: datetime, queued_lease_s: float, limit: int 
     gave_up: list[int] = []
     for run in rows:
         if run.status == RunStatus.running:
-            if run.attempt >= run.max_attempts:
+            if lost_attempts(run) >= run.max_attempts:
                 log.warning("run_gave_up run_id=%s attempts=%s worker=%s", run.id, run.attempt, run.worker_host)
                 _finish(run, RunStatus.error, now, error=_gave_up(run))
                 gave_up.append(run.id)

@@ -32,6 +32,7 @@ from typing import Any
 
 import workers
 from workers.isolation import Sandbox, warn_if_not_isolated
+from workers.suite.exits import SuiteExit
 
 #: The directory holding the ``workers`` package: the suite's code, after the target's.
 SPECWATCH_ROOT = Path(workers.__file__).resolve().parent.parent
@@ -123,9 +124,9 @@ class SuiteCommand:
         return Path(value) if value else None
 
     def install_argv(self) -> list[str]:
-        """The install step of a pip-mode run: the release into its cached folder (before the test, with network)."""
-        script = "import sys; from workers.suite.targets.install import pip_install; pip_install(sys.argv[1])"
-        return [self.python, "-c", script, self.pip or ""]
+        """The install step of a pip-mode run: the release into its cached folder (before the test, with network).
+        It exits 0, :attr:`~workers.suite.exits.SuiteExit.INSTALL` when pip cannot install the release, else 2."""
+        return [self.python, "-m", "workers.suite.targets.install", self.pip or ""]
 
     def argv(self, result_path: Path) -> list[str]:
         """The suite's command line, writing its run result to ``result_path``."""
@@ -232,8 +233,8 @@ def run_suite_process(
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
             argv = sandbox.argv(command.argv(result_path), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
             code, timed_out, aborted = step.run(argv, deadline, should_abort)
-        elif code is not None and code > 0:
-            code = 2  # the release could not be installed: the suite could not test it
+        elif code is not None and code > 0 and code != SuiteExit.INSTALL:
+            code = SuiteExit.USAGE  # the install step itself failed (not pip): the suite could not test the release
     killed = timed_out or aborted
     return SuiteOutcome(
         exit_code=None if killed else code,

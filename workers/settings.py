@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.releases import release_package
 from workers.profiles import PROFILES
+from workers.runs import InstallRetry
 
 
 class WorkerSettings(BaseSettings):
@@ -77,6 +78,13 @@ class WorkerSettings(BaseSettings):
     sandbox_gpu_devices: list[str] = Field(
         default_factory=lambda: ["/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
     )
+    # A run whose release cannot be installed (a dependency missing from the index, conflicting dependencies, the
+    # index or network down) or whose checkout cannot be fetched is tried again install_retries times, after
+    # install_backoff_s, then twice as long each time up to install_backoff_max_s (Celery retry with countdown);
+    # only then does it end "uninstallable" and open an alert of that kind. Defaults: 7 attempts over ~2 h 45 min.
+    install_retries: int = Field(default=6, ge=0)
+    install_backoff_s: float = Field(default=300, gt=0)
+    install_backoff_max_s: float = Field(default=2700, gt=0)
     max_tasks_per_child: int = Field(default=20, gt=0)
     # Celery limits of workers.run_suite: above any suite limit plus a checkout, below the broker's
     # visibility timeout (else Redis hands a still-running task to a second worker).
@@ -128,7 +136,18 @@ class WorkerSettings(BaseSettings):
                 "need longest suite limit + git timeout < task_soft_time_limit_s < task_time_limit_s < visibility_timeout_s, "
                 f"got {longest:g} < {self.task_soft_time_limit_s:g} < {self.task_time_limit_s:g} < {self.visibility_timeout_s:g}"
             )
+        # A retry waits for its countdown in a worker, unacknowledged, then runs: Redis would hand it to a second
+        # worker if the two together outlasted the visibility timeout.
+        if not self.install_backoff_max_s + self.task_time_limit_s < self.visibility_timeout_s:
+            raise ValueError(
+                f"need install_backoff_max_s + task_time_limit_s < visibility_timeout_s, got "
+                f"{self.install_backoff_max_s:g} + {self.task_time_limit_s:g} >= {self.visibility_timeout_s:g}"
+            )
         return self
+
+    def install_retry(self) -> InstallRetry:
+        """How runs that could not install are retried (:class:`~workers.runs.InstallRetry`)."""
+        return InstallRetry(retries=self.install_retries, backoff_s=self.install_backoff_s, backoff_max_s=self.install_backoff_max_s)
 
     def suite_timeout(self, profile_timeout_s: float) -> float:
         """The wall-clock limit of one suite subprocess for a profile allowing ``profile_timeout_s``."""

@@ -4,7 +4,8 @@ Every task is a :class:`workers.task_base.SpecwatchTask`: one retry policy (infr
 backoff and a cap), and messages about rows sent from the unit of work that made them, after it commits
 (:meth:`~workers.task_base.SpecwatchTask.publish_after_commit`, :func:`enqueue_after_commit`).
 
-``workers.run_suite(run_id)`` executes one attempt of a run (:func:`workers.execution.execute_run`);
+``workers.run_suite(run_id)`` executes one attempt of a run (:func:`workers.execution.execute_run`); an attempt
+that could not install its release is retried with a countdown (the run's backoff, ``install_*`` worker settings);
 ``workers.sweep_runs()`` re-enqueues runs nobody is working on (:func:`workers.runs.sweep`);
 ``workers.poll_branches()`` and ``workers.poll_releases()`` turn new commits and releases of the due targets
 into queued runs (:mod:`workers.pollers`), enqueued after their commit. All are idempotent; whatever a commit
@@ -45,10 +46,19 @@ log = logging.getLogger(__name__)
 
 @app.task(name=RUN_SUITE, bind=True, acks_late=True, reject_on_worker_lost=True)
 def run_suite(self: SpecwatchTask, run_id: int) -> dict[str, Any]:
-    """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker)."""
-    result = execute_run(run_id, factory=session_factory(), settings=get_worker_settings())
+    """Execute one attempt of run ``run_id`` (a no-op when it is finished or held by a live worker).
+
+    An attempt that could not install its release is queued again (committed by execute_run) and this task is
+    retried after the run's backoff; the database counts those retries and ends the run ``uninstallable`` when
+    they are spent (Celery's own count is only a backstop). Should the retry not reach the broker, the sweeper
+    sends the run again once its lease (the retry time plus a grace) has passed.
+    """
+    worker = get_worker_settings()
+    result = execute_run(run_id, factory=session_factory(), settings=worker)
     if result.status in FINISHED_STATUSES:  # stored and committed by execute_run's own unit of work: analyse it
         analyse_run.publish(run_id)
+    elif result.retry_in_s is not None:
+        raise self.retry(countdown=result.retry_in_s, max_retries=self.max_retries + worker.install_retries)
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
 
 

@@ -47,7 +47,7 @@ def alerts_list(
     *,
     state: Annotated[AlertState | None, typer.Option(help="open, acknowledged or resolved")] = None,
     target: Annotated[str | None, typer.Option(help="the target's name")] = None,
-    kind: Annotated[AlertKind | None, typer.Option(help="violation, performance, exception or broken")] = None,
+    kind: Annotated[AlertKind | None, typer.Option(help="violation, performance, exception, broken or uninstallable")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:

@@ -2,9 +2,9 @@
 
 The suite runs as ``python -m workers.suite run --events`` (the same JSON protocol the workers read), so the
 control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
-cases pass, 1 a violation, 2 a usage or target error), except that a run whose every failure is a known finding
-(:func:`service.findings.shipped_matches`: the findings shipped for the target, matched by the library version)
-exits 0 and says so, unless ``--strict``.
+cases pass, 1 a violation, 2 a usage or target error, 3 the ``--pip`` release could not be installed), except
+that a run whose every failure is a known finding (:func:`service.findings.shipped_matches`: the findings shipped
+for the target, matched by the library version) exits 0 and says so, unless ``--strict``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from service.cli.exits import OK, USAGE, VIOLATION
+from service.cli.exits import INSTALL, OK, USAGE, VIOLATION
 from service.cli.output import console, out
 from service.findings import Finding, shipped_matches
 from service.queries import coverage_summary
@@ -213,7 +213,8 @@ def check(
     """Test a speculative sampler for losslessness against exact reference laws.
 
     Exit status: 0 all cases pass (or every failure is a known finding, without --strict), 1 a violation,
-    2 a usage or target error.
+    2 a usage or target error, 3 the --pip release could not be installed (a missing dependency, conflicting
+    dependencies, the package index unreachable).
     """
     args = [
         "run",
@@ -241,6 +242,10 @@ def check(
         json_file.write_text(json.dumps(run, indent=2, allow_nan=False) + "\n")
     if markdown is not None and run:
         markdown.write_text(markdown_report(run, reproduce_command(args, run)))
+    if code == INSTALL:  # nothing was tested: say what pip could not install, not that the release is broken
+        message = error or (stderr.strip().splitlines() or ["could not install the release"])[-1]
+        console.print(f"[bold red]{message.removeprefix('error: ')}[/]", highlight=False, soft_wrap=True)
+        raise typer.Exit(INSTALL)
     if code == USAGE or code not in (OK, VIOLATION):
         message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
         errored = [r for r in results if r["verdict"] == "error"]

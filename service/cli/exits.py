@@ -17,3 +17,6 @@ VIOLATION: Final = 1
 UNAVAILABLE: Final = 1
 #: A usage error: bad input, nothing found, invalid settings, a target the suite cannot load.
 USAGE: Final = 2
+#: ``check``: the ``--pip`` release could not be installed (a missing dependency, conflicting dependencies, the
+#: package index unreachable); nothing was tested.
+INSTALL: Final = 3

@@ -85,6 +85,8 @@ class RunDetail:
     # The run whose fingerprints ``same_as_previous`` compares with: the previous tested run
     # (:func:`service.history.previous_tested_run`), the one the analysis's ``unchanged_cases`` compares with.
     previous_run_id: int | None = None
+    # Attempts that could not install the commit (each retried after a backoff; status uninstallable once spent).
+    install_failures: int = 0
 
 
 def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None, finding: FindingLink | None = None) -> CaseRow:
@@ -154,4 +156,5 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         cases=tuple(_case_row(r, fingerprints, findings.get(r.case_id)) for r in results),
         purpose=run.purpose.value,
         previous_run_id=previous_run_id,
+        install_failures=run.install_failures,
     )

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.dashboard.charts import Chart, Series, render
+from service.models import RELEASES_BRANCH, Alert, AlertKind, Commit, InstallMode, Run, RunStatus, Target
 from service.settings import Settings
 from tests.support.history import CASES, FAILING_CASE, TARGET, Seeded, seed_history
 
@@ -96,3 +97,47 @@ def test_empty_chart_says_no_data() -> None:
     svg = render(Chart(title="t <x>", labels=[], series=[Series("s", [], "#000")]))
     assert "no data" in svg
     assert "t &lt;x&gt;" in svg
+
+
+def test_a_release_that_could_not_be_installed_shows_as_its_own_kind(
+    client: TestClient, rolled_back_factory: sessionmaker[Session]
+) -> None:
+    """The API and the dashboard say "could not install" and name the requirement, never "broken"."""
+    error = (
+        "could not install: kernels<0.20,>=0.19.1 (no distribution on the package index satisfies it, needed by "
+        "transformers==5.25.0); gave up after 7 attempts since 2026-01-01 00:00 UTC"
+    )
+    with rolled_back_factory() as session:
+        target = Target(name="tf", repo_url="https://github.com/huggingface/transformers", adapter="transformers", branches=[])
+        target.install_mode = InstallMode.pip
+        commit = Commit(target=target, sha="release:5.25.0", branch=None, branch_order=1)
+        run = Run(commit=commit, profile="smoke", status=RunStatus.uninstallable, attempt=7, install_failures=7, error=error)
+        session.add(run)
+        session.flush()
+        entry = {"case_id": "(install)", "reason": "uninstallable", "requirement": "kernels<0.20,>=0.19.1", "error": error}
+        alert = Alert(
+            target=target,
+            branch=RELEASES_BRANCH,
+            first_bad_commit=commit,
+            kind=AlertKind.uninstallable,
+            detected_run_id=run.id,
+            cases=[entry],
+            summary="could not install tf release:5.25.0: kernels<0.20,>=0.19.1",
+        )
+        session.add(alert)
+        session.commit()
+        run_id, alert_id = run.id, alert.id
+
+    api_run = client.get(f"/runs/{run_id}").json()
+    assert (api_run["status"], api_run["install_failures"]) == ("uninstallable", 7)
+    (api_alert,) = client.get("/alerts", params={"kind": "uninstallable"}).json()
+    assert (api_alert["id"], api_alert["kind"]) == (alert_id, "uninstallable")
+    assert api_alert["cases"][0]["requirement"] == "kernels<0.20,>=0.19.1"
+    alerts = client.get("/ui/alerts").text
+    assert re.search(rf'id="alert-{alert_id}">.*?<td class="kind">could not install</td>', alerts, re.S)
+    assert "kernels&lt;0.20,&gt;=0.19.1" in alerts
+    page = client.get(f"/ui/alerts/{alert_id}").text
+    assert '<td id="not-installed"><code>kernels&lt;0.20,&gt;=0.19.1</code>' in page
+    run_page = client.get(f"/ui/runs/{run_id}").text
+    assert '<span class="uninstallable">uninstallable</span>' in run_page
+    assert "7 attempt(s): gave up (not a test result: nothing was tested)" in run_page

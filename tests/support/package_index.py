@@ -2,7 +2,8 @@
 
 It speaks the two APIs specwatch uses: PyPI's JSON API (``GET /pypi/<name>/json``, read by the release
 poller) and the simple repository API (``GET /simple/<name>/`` and ``/files/<wheel>``, read by ``pip install``
-in the suite). Tests publish and yank releases between polls; nothing leaves the machine.
+in the suite). Tests publish and yank releases between polls, publish releases whose dependencies are missing,
+and make the index fail (``failing_with``); nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -27,13 +28,15 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def build_wheel(dest: Path, name: str, version: str, files: dict[str, str]) -> Path:
-    """A pure-Python wheel of ``name`` ``version`` holding ``files`` (path in the wheel → source), in ``dest``."""
+def build_wheel(dest: Path, name: str, version: str, files: dict[str, str], requires: Sequence[str] = ()) -> Path:
+    """A pure-Python wheel of ``name`` ``version`` holding ``files`` (path in the wheel → source), in ``dest``,
+    depending on ``requires`` (``Requires-Dist``: pip resolves them from the index)."""
     dest.mkdir(parents=True, exist_ok=True)
     dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
     path = dest / f"{dist}-py3-none-any.whl"
     contents = dict(files)
-    contents[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    contents[f"{dist}.dist-info/METADATA"] = metadata
     contents[f"{dist}.dist-info/WHEEL"] = "Wheel-Version: 1.0\nGenerator: specwatch-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = []
     for member, text in contents.items():

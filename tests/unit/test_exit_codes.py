@@ -8,4 +8,6 @@ from workers.suite.exits import SuiteExit
 
 
 def test_the_command_line_and_the_suite_process_use_the_same_exit_statuses() -> None:
-    assert (exits.OK, exits.VIOLATION, exits.USAGE) == (SuiteExit.PASS, SuiteExit.VIOLATION, SuiteExit.USAGE)
+    command_line = (exits.OK, exits.VIOLATION, exits.USAGE, exits.INSTALL)
+    assert command_line == (SuiteExit.PASS, SuiteExit.VIOLATION, SuiteExit.USAGE, SuiteExit.INSTALL)
+    assert len(set(SuiteExit)) == len(command_line)

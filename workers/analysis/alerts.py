@@ -25,10 +25,14 @@ _WHAT = {
     AlertKind.performance: "performance regression",
     AlertKind.broken: "broken commit",
     AlertKind.exception: "sampler exception on a valid input",
+    AlertKind.uninstallable: "could not install",
 }
 
 
 def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, entries: list[dict[str, Any]]) -> str:
+    if kind is AlertKind.uninstallable:
+        requirement = next((e.get("requirement") for e in entries if e.get("requirement")), None)
+        return f"could not install {target.name} {first_bad.sha[:24]}" + (f": {requirement}" if requirement else "")
     cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
     return f"{_WHAT[kind]} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"
 

@@ -28,13 +28,14 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[dict[str, Any]])
 
     The commit's latest finished run decides. Bad: one of the cases fails for its entry's reason (a lossless
     entry needs its losslessness to fail, not its conformance alone), or a drift case drifts from the
-    baseline the alert measured it against. Unknown: the run is an error (the commit cannot tell).
+    baseline the alert measured it against. Unknown: the run is an error or uninstallable (the commit cannot
+    tell; an uninstallable commit is never counted as broken, let alone bad).
     """
     finished = [r for r in runs if r.status in FINISHED_STATUSES]
     if not finished:
         return None
     latest = max(finished, key=lambda r: r.id)
-    if latest.status is RunStatus.error:
+    if latest.status in (RunStatus.error, RunStatus.uninstallable):
         return CommitOutcome.UNKNOWN
     for entry in entries:
         case = latest.cases.get(entry["case_id"])

@@ -92,7 +92,7 @@ def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], 
     if entries or (parent.analysis or {}).get("known_failing"):  # a known failure still fails the commit
         status = "confirmed" if entries else "failure"
     else:
-        status = "unconfirmable" if run.status is RunStatus.error else "not-confirmed"
+        status = "unconfirmable" if run.status in (RunStatus.error, RunStatus.uninstallable) else "not-confirmed"
     ctx.report.notifications += queue_commit_status(session, ctx.config.notify, parent, status)
     if not entries:
         log.info("failure_not_confirmed run_id=%s confirmation_run_id=%s", parent.id, run.id)

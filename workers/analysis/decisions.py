@@ -123,7 +123,7 @@ class CommitOutcome(StrEnum):
 
     GOOD = "good"
     BAD = "bad"
-    UNKNOWN = "unknown"  # not tested yet, or broken (cannot say)
+    UNKNOWN = "unknown"  # not tested yet, broken or uninstallable (cannot say)
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,9 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
 
     The per-case verdicts already carry the run's family-wise control (each case rejects at E >= m/alpha,
     Bonferroni over the run's m tests), so a failing case is a finding of the run. A run in status
-    ``error`` (the commit does not import, or crashes the suite) is BROKEN, never a violation. A failing
+    ``error`` (the commit does not import, or crashes the suite) is BROKEN, never a violation; one in status
+    ``uninstallable`` (it could not be installed, however often it was retried) is UNINSTALLABLE, which says
+    nothing about the commit's code (neither broken nor a violation). A failing
     case whose losslessness layer fails makes a VIOLATION; else failing cases whose target raised on a valid
     input make an EXCEPTION (a finding about the sampler, not a broken commit); else failing cases whose
     losslessness holds but whose conformance fails (the K law or the residual law) make a PERFORMANCE
@@ -187,6 +189,8 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
     """
     if run_status == "error":
         return AlertKind.broken, []
+    if run_status == "uninstallable":
+        return AlertKind.uninstallable, []
     failing = [c for c in cases if c.verdict == "fail"]
     if run_status != "failed" or not failing:
         return None, []

@@ -2,11 +2,14 @@
 
 1. Known failures are set aside (:func:`workers.analysis.triage.new_failures`).
 2. The commit status says "confirming" while a confirmation is pending, else the run's outcome.
-3. A run in status ``error`` is a BROKEN commit at once (deterministic, nothing to confirm); new failures get a
-   confirmation run with fresh seeds (``seed_attempt`` + 1), or, with confirmation off, a bisection at once.
+3. A run in status ``error`` is a BROKEN commit at once (deterministic, nothing to confirm); one in status
+   ``uninstallable`` (its install failed attempt after attempt) opens an UNINSTALLABLE alert, never a broken one;
+   new failures get a confirmation run with fresh seeds (``seed_attempt`` + 1), or, with confirmation off, a
+   bisection at once.
 4. Passing cases are checked for acceptance drift; a drift is bisected from the newest passing commit, unless
    the run's failing cases own its bisection (then the drift alert names this commit).
-5. A run that is not broken resolves the branch's alerts whose cases pass again.
+5. A run that is not broken resolves the branch's alerts whose cases pass again; one that installed resolves
+   the uninstallable alerts of its commit and the commits before it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, child_run
 from workers.analysis.drift import drifting_cases
-from workers.analysis.resolution import resolve_recovered
-from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases
+from workers.analysis.resolution import resolve_installed, resolve_recovered
+from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases, uninstallable_entry
 from workers.notify import queue_commit_status
 
 
@@ -31,13 +34,15 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
         kind, analysis["failing"], analysis["known_failing"] = new_failures(session, run, cases)
         analysis["kind"] = report.kind = kind.value if kind else None
     commit = run.commit
-    state = {RunStatus.passed: "success", RunStatus.failed: "failure"}.get(run.status, "error")
-    confirming = kind is not None and kind is not AlertKind.broken and config.confirm_failures
+    state = {RunStatus.passed: "success", RunStatus.failed: "failure", RunStatus.uninstallable: "uninstallable"}.get(run.status, "error")
+    confirming = kind is not None and kind not in (AlertKind.broken, AlertKind.uninstallable) and config.confirm_failures
     report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
     analysis["unchanged_cases"] = unchanged_cases(session, run, cases)
     if kind is AlertKind.broken:
         broken = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
         open_alert(ctx, run, AlertKind.broken, commit, [broken])
+    elif kind is AlertKind.uninstallable:
+        open_alert(ctx, run, AlertKind.uninstallable, commit, [uninstallable_entry(run)])
     elif kind is not None and config.confirm_failures:
         confirmation = child_run(ctx, run, commit, RunPurpose.confirmation, seed_attempt=run.seed_attempt + 1)
         analysis["confirmation_run_id"] = confirmation.id if confirmation else None
@@ -54,5 +59,7 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
             start_bisection(ctx, run, AlertKind.performance, drifting, analysis, confirmation=None, after=baseline.commit)
         else:  # the failing cases' search owns this run's bisection
             open_alert(ctx, run, AlertKind.performance, commit, drifting)
-    if run.status is not RunStatus.error:
+    if run.status not in (RunStatus.error, RunStatus.uninstallable):
         resolve_recovered(ctx, run, cases)
+    if run.status is not RunStatus.uninstallable:
+        resolve_installed(ctx, run)

@@ -1,4 +1,5 @@
-"""Resolution: a later run whose cases all pass again resolves the open alerts of its branch."""
+"""Resolution: a later run whose cases all pass again resolves the open alerts of its branch; a run that installed
+its commit resolves the uninstallable alerts of that commit and the ones before it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
     """Does ``run`` (of a later commit) show ``alert``'s finding gone: every case passing, no drift left?"""
     if alert.kind is AlertKind.broken:
         return run.status is not RunStatus.error
+    if alert.kind is AlertKind.uninstallable:
+        return run.status is not RunStatus.uninstallable
     for entry in alert.cases:
         case = cases.get(entry["case_id"])
         if case is None or case.verdict is not Verdict.pass_:
@@ -28,13 +31,24 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
 
 def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
     """Resolve the open alerts of the branch, begun before this commit, whose cases all pass in ``run``."""
+    for alert in open_alerts(ctx.session, run.commit, at_commit=False, lock=True):
+        if alert.kind is not AlertKind.uninstallable and recovered(alert, run, cases):
+            _resolve(ctx, alert, run)
+
+
+def resolve_installed(ctx: Analysis, run: Run) -> None:
+    """Resolve the branch's uninstallable alerts at or before ``run``'s commit: it installed (the same release
+    retried later, or a newer one: whatever was missing can be installed now)."""
+    for alert in open_alerts(ctx.session, run.commit, at_commit=True, kinds=[AlertKind.uninstallable], lock=True):
+        if recovered(alert, run, {}):
+            _resolve(ctx, alert, run)
+
+
+def _resolve(ctx: Analysis, alert: Alert, run: Run) -> None:
     commit = run.commit
-    for alert in open_alerts(ctx.session, commit, at_commit=False, lock=True):
-        if not recovered(alert, run, cases):
-            continue
-        alert.state = AlertState.resolved
-        alert.resolved_at = ctx.now
-        alert.resolved_by_commit_id = commit.id
-        ctx.report.resolved.append(alert.id)
-        ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "resolved")
-        log.info("alert_resolved alert_id=%s by=%s", alert.id, commit.sha)
+    alert.state = AlertState.resolved
+    alert.resolved_at = ctx.now
+    alert.resolved_by_commit_id = commit.id
+    ctx.report.resolved.append(alert.id)
+    ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "resolved")
+    log.info("alert_resolved alert_id=%s kind=%s by=%s", alert.id, alert.kind.value, commit.sha)

@@ -7,6 +7,7 @@ later regression.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -48,6 +49,17 @@ def entry(case: CaseResult, reason: str) -> dict[str, Any]:
         "acceptance_expected": case.acceptance_expected,
         "n_trials": case.n_trials,
     }
+
+
+#: What :func:`uninstallable_entry` reads the requirement from: ``could not install: REQUIREMENT (why...)``.
+_NOT_INSTALLED = re.compile(r"could not install: (\S+)")
+
+
+def uninstallable_entry(run: Run) -> dict[str, Any]:
+    """An uninstallable run as its alert lists it: the requirement that could not be installed, and why."""
+    error = run.error or ""
+    found = _NOT_INSTALLED.search(error)
+    return {"case_id": "(install)", "reason": "uninstallable", "requirement": found[1] if found else None, "error": error[:500]}
 
 
 def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:

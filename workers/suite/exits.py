@@ -18,3 +18,6 @@ class SuiteExit(IntEnum):
     VIOLATION = 1
     #: A usage or target error: a target that cannot be loaded, a case that cannot be set up or errors.
     USAGE = 2
+    #: The release (``--pip``) could not be installed: a dependency no distribution on the index satisfies,
+    #: conflicting dependencies, or the index unreachable. Nothing was tested; the release is not broken.
+    INSTALL = 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,22 @@ def test_an_unreachable_repository_is_a_clear_error(tmp_path: Path) -> None:
     ):
         pass
     assert str(caught.value) == "git clone failed (exit 128): repository not found or not accessible"
+    assert caught.value.transient is False  # says something about the repository: recorded, not retried
+
+
+def test_a_remote_that_cannot_be_reached_is_transient(tmp_path: Path) -> None:
+    """The source cannot be fetched right now: the run is retried later like a release that cannot be installed."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    policy = RepoPolicy(protocols=frozenset({"http"}), allow_private_hosts=True)
+    with (
+        pytest.raises(CheckoutError) as caught,
+        MirrorCache(tmp_path / "m", policy=policy).worktree(f"http://127.0.0.1:{port}/toy.git", "a" * 40, tmp_path / "w"),
+    ):
+        pass
+    assert str(caught.value) == "git clone failed (exit 128): could not connect"
+    assert caught.value.transient is True
 
 
 def test_git_errors_do_not_tell_which_paths_exist(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from service.cli import app
+from tests.support.package_index import PackageIndex, build_wheel, serve
 
 runner = CliRunner()
 
@@ -56,6 +57,23 @@ def test_usage_and_target_errors_exit_2_with_one_line(args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_a_release_that_cannot_be_installed_exits_3_naming_the_missing_requirement(tmp_path, monkeypatch):
+    """What the release poller met on PyPI: transformers 5.25.0 needs a kernels release the index does not have."""
+    files = {"transformers/__init__.py": '__version__ = "5.25.0"\n'}
+    wheel = build_wheel(tmp_path / "dist", "transformers", "5.25.0", files, ("kernels>=0.19.1,<0.20",))
+    with serve(PackageIndex()) as index:
+        index.publish("transformers", "5.25.0", wheel=wheel)
+        monkeypatch.setenv("PIP_INDEX_URL", f"{index.url}/simple")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+        result = _check("--pip", "transformers==5.25.0", "--quick")
+    assert result.exit_code == 3, result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("could not install: kernels<0.20,>=0.19.1 (no distribution on the package index satisfies it")
+    assert line.endswith("needed by transformers==5.25.0)")
 
 
 def _user_module(tmp_path, body: str) -> None:

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from service.models import AlertKind
+from service.models import AlertKind, RunStatus
+from workers.analysis.bisection import commit_outcome
 from workers.analysis.decisions import (
     AcceptanceSample,
     CaseEvidence,
@@ -19,6 +20,7 @@ from workers.analysis.decisions import (
     classify,
     confirmation,
 )
+from workers.analysis.history import TestedRun
 
 T = 1e6
 
@@ -139,3 +141,11 @@ def test_bisection_skips_broken_commits_and_needs_a_good_one():
     assert (state.first_bad, state.next_to_test, state.last_good) == ("d", None, "a")
     assert bisect(commits, {"c": CommitOutcome.BAD}).first_bad == "c"
     assert bisect(commits, {"a": CommitOutcome.GOOD}).first_bad is None
+
+
+@pytest.mark.parametrize("status", [RunStatus.uninstallable, RunStatus.error])
+def test_a_commit_that_could_not_be_installed_is_never_bad_in_a_bisection(status):
+    entries = [{"case_id": "direct/a/V8/g1", "reason": "lossless"}]
+    assert commit_outcome([TestedRun(1, status, None, {})], entries) is CommitOutcome.UNKNOWN
+    # A later run of the commit that installed and passed decides instead.
+    assert commit_outcome([TestedRun(1, status, None, {}), TestedRun(2, RunStatus.passed, None, {})], entries) is CommitOutcome.GOOD

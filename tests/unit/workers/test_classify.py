@@ -20,6 +20,8 @@ FINE = CaseOutcome("direct/c/V8/g3", "pass", lossless=True, conformance=True)
         ("failed", [LOSSY, SLOWER], (AlertKind.violation, ["direct/a/V8/g1"])),
         ("error", [LOSSY], (AlertKind.broken, [])),  # a broken commit is never a violation
         ("error", [], (AlertKind.broken, [])),
+        # Could not install, however often retried: neither broken nor a violation.
+        ("uninstallable", [], (AlertKind.uninstallable, [])),
     ],
 )
 def test_classify(status: str, cases: list[CaseOutcome], expected: tuple[AlertKind | None, list[str]]) -> None:

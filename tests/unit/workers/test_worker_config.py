@@ -69,11 +69,23 @@ def test_the_suite_task_is_acknowledged_late_and_requeued_if_its_process_dies() 
         ({"heartbeat_s": 60, "lease_s": 30}, "must be below lease_s"),
         ({"task_time_limit_s": 7 * 3600}, "visibility_timeout_s"),
         ({"device": "tpu"}, "device must be"),
+        # A retry waits for its countdown unacknowledged in a worker: Redis must not hand it to another one.
+        ({"install_backoff_max_s": 3600}, "install_backoff_max_s \\+ task_time_limit_s < visibility_timeout_s"),
     ],
 )
 def test_unsafe_settings_are_refused(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         WorkerSettings.model_validate(fields)
+
+
+def test_install_retries_back_off_exponentially_up_to_a_cap_then_give_up() -> None:
+    retry = WorkerSettings.model_validate({"install_retries": 4, "install_backoff_s": 60, "install_backoff_max_s": 200}).install_retry()
+
+    assert [retry.delay(failures) for failures in range(1, 6)] == [60, 120, 200, 200, None]
+    defaults = WorkerSettings().install_retry()
+    waits = [defaults.delay(n) for n in range(1, defaults.retries + 1)]
+    assert defaults.delay(defaults.retries + 1) is None
+    assert 2 * 3600 <= sum(w or 0 for w in waits) <= 4 * 3600  # "persistent": several attempts over a few hours
 
 
 def test_the_suite_environment_is_built_from_nothing(tmp_path: Path) -> None:
@@ -120,6 +132,8 @@ COMMAND = SuiteCommand("python", "t:f", (), 7, "cpu", (), 60, None)
         (1, None, RunStatus.error, "the suite crashed (exit 1, verdict None): boom"),
         (0, "fail", RunStatus.error, "the suite crashed (exit 0, verdict 'fail'): boom"),
         (-9, None, RunStatus.error, "the suite was killed by SIGKILL (memory limit, or a crash in native code): boom"),
+        # The release could not be installed: nothing was tested, and the commit is not broken.
+        (3, None, RunStatus.uninstallable, "boom"),
     ],
 )
 def test_the_status_needs_the_exit_status_and_the_verdict_to_agree(
