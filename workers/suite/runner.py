@@ -154,7 +154,7 @@ def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, thres
     return int(min(config.max_trials, max(math.ceil(wanted), floor)))
 
 
-def top_up(experiment: Experiment, state: CaseEvidence, config: SuiteConfig, epsilon: float, threshold: float, cap: int) -> int:
+def top_up(experiment: Experiment, state: CaseEvidence, config: SuiteConfig, *, epsilon: float, threshold: float, cap: int) -> int:
     """More trials for a designed check that reached the cap short of its planned observations, at the rate it has
     seen them (a long-horizon check leaves out rows within float noise of a processing boundary, so it sees a little
     less than ``reach`` per trial); at most ``cap`` more and within ``config.max_trials``. 0 when none is short.
@@ -211,7 +211,7 @@ def run_case(
             if state.trials >= cap:
                 if topped_up or timed_out:
                     break
-                cap, topped_up = cap + top_up(experiment, state, config, epsilon, threshold, planned), True
+                cap, topped_up = cap + top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned), True
                 if state.trials >= cap:
                     break
             n = min(batch, cap - state.trials)
