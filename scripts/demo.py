@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 ADAPTER = "toy_lib.sampler:speculative_sample"
-FINISHED = {"passed", "failed", "error", "cancelled"}
+FINISHED = {"passed", "failed", "error", "uninstallable", "cancelled"}
 
 # The toy library's correct sampler (the tests' toy target commits the same file).
 CORRECT = (Path(__file__).resolve().parent / "toy_sampler.py").read_text()
