@@ -13,6 +13,7 @@ Signing in with an API token and the forms that acknowledge and resolve alerts a
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -39,9 +40,18 @@ from service.queries import (
     run_detail,
     targets_overview,
 )
+from service.releases import release_version
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TEMPLATES.env.filters["log"] = math.log
+
+
+def short_sha(sha: str) -> str:
+    """A commit as the pages show it: a git sha's first 12 digits, a release's whole id (``release:5.25.0``)."""
+    return sha if release_version(sha) is not None else sha[:12]
+
+
+TEMPLATES.env.filters["short"] = short_sha
 
 DASHBOARD_PATH = "/ui"
 
@@ -120,6 +130,19 @@ def _evidence_tip(point: HistoryPoint) -> str:
     return f"{point.sha[:8]}: log E = {point.log_e_value:.4g}, log threshold = {math.log(point.threshold):.4g}"
 
 
+_DRAFTS = re.compile(r"/g(\d+)(?:/|$)")
+
+
+def drafts_of(case_id: str) -> int | None:
+    """The drafts per trial (γ) of a case whose id says it (``direct/far_apart/V8/g3`` → 3), else None."""
+    found = _DRAFTS.search(case_id)
+    return int(found[1]) if found and int(found[1]) > 0 else None
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value / scale
+
+
 def case_charts(history: CaseHistory) -> list[Markup]:
     """The case page's three charts over commits."""
     points = history.points
@@ -143,14 +166,23 @@ def case_charts(history: CaseHistory) -> list[Markup]:
         band=([p.tv_low for p in points], [p.tv_high for p in points]),
         marks=fails,
     )
+    gamma = drafts_of(history.case_id)
+    scale = float(gamma) if gamma is not None else 1.0  # accepted drafts per trial (0 to γ) as a share of γ
+    if gamma is not None:
+        title, axis = (
+            "acceptance rate: observed vs expected (accepted drafts per trial ÷ γ)",
+            Axis(f"drafts accepted (% of γ = {gamma})", include=(0.0, 1.0), tick_format=percent),
+        )
+    else:  # no fixed number of drafts per trial (end-to-end cases): the mean itself
+        title, axis = "accepted drafts per trial: observed vs expected", Axis("accepted drafts per trial", include=(0.0,))
     acceptance = Chart(
-        title="acceptance rate: observed vs expected",
+        title=title,
         labels=labels,
         series=[
-            Series("observed", [p.acceptance_observed for p in points], "#1f5fbf"),
-            Series("expected", [p.acceptance_expected for p in points], "#888", dashed=True),
+            Series("observed", [_scaled(p.acceptance_observed, scale) for p in points], "#1f5fbf"),
+            Series("expected", [_scaled(p.acceptance_expected, scale) for p in points], "#888", dashed=True),
         ],
-        axis=Axis("drafts accepted (%)", include=(0.0, 1.0), tick_format=percent),
+        axis=axis,
         marks=fails,
     )
     # render() escapes every text it writes: the SVG is safe to insert as markup.

@@ -17,6 +17,7 @@ from html import escape
 
 WIDTH, HEIGHT = 760, 240
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 28, 52
+BEYOND_LABEL_W = 60  # the width of a "far beyond" label at 11 px
 
 
 def plain(value: float) -> str:
@@ -203,10 +204,12 @@ def _series(
     """A series' line (broken at missing values), its dots, and a triangle at each value beyond the clip."""
     segments: list[list[str]] = [[]]
     points: list[str] = []
+    previous_beyond = False
     for i, raw in enumerate(series.values):
         v = _clipped(raw, clip)
         if v is None:
             segments.append([])
+            previous_beyond = False
             continue
         segments[-1].append(f"{x(i):.1f},{y(v):.1f}")
         assert raw is not None  # _clipped keeps no missing value
@@ -216,10 +219,14 @@ def _series(
             points.append(
                 f'<polygon class="beyond" points="{cx - 5:.1f},{cy:.1f} {cx + 5:.1f},{cy:.1f} {cx:.1f},{cy + tip_dy:.1f}" '
                 f'fill="{series.color}"><title>{tip}</title></polygon>'
-                f'<text class="tick" x="{cx + 8:.1f}" y="{cy + 4:.1f}">far beyond</text>'
             )
+            if not previous_beyond:  # one label per run of such points, inside the plot: labels never overlap
+                anchor, tx = ("end", cx - 8) if cx + 8 + BEYOND_LABEL_W > WIDTH - RIGHT else ("start", cx + 8)
+                ty = cy + (16 if raw > v else -8)  # inside the plot, off the edge where the line runs
+                points.append(f'<text class="tick" x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}">far beyond</text>')
         elif dots:
             points.append(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{series.color}"><title>{tip}</title></circle>')
+        previous_beyond = _beyond(raw, clip)
     d = " ".join("M" + " L".join(seg) for seg in segments if seg)
     dash = ' stroke-dasharray="5,4"' if series.dashed else ""
     return [f'<path class="series" d="{d}" fill="none" stroke="{series.color}" stroke-width="1.8"{dash}/>', *points]

@@ -26,7 +26,8 @@ class CommitRow:
     run_id: int | None
     status: RunStatus | None
     failed_cases: int
-    # The first failing commit of a failure streak: its run failed and the previous commit's did not.
+    # The first failing commit of a streak of new failures: its run failed, not only on known findings, and the
+    # previous commit's did not (it passed, has no run, or failed only on known findings).
     first_failing: bool
     # How many of the failed cases a known finding explains, and those findings (by key).
     known_failed_cases: int = 0
@@ -75,15 +76,27 @@ def commits_page(
     runs = latest_runs(session, [c.id for c in commits])
     failed_cases = _failed_cases(session, [run.id for run in runs.values()])
     matcher = finding_matcher(session, target.id)
+    known_of: dict[int, dict[str, FindingLink]] = {}
+    for commit in commits:
+        run = runs.get(commit.id)
+        failures = failed_cases.get(run.id, []) if run else []
+        version = commit_version(commit.sha, run.library_version if run else None)
+        match = matcher.match_all(failures, version=version, branch=commit.branch, branch_order=commit.branch_order) if matcher else {}
+        known_of[commit.id] = match
+
+    def new_failure(commit: Commit | None) -> bool:
+        """Its run failed, and not only on known findings."""
+        run = runs.get(commit.id) if commit is not None else None
+        if commit is None or run is None or run.status is not RunStatus.failed:
+            return False
+        return len(known_of[commit.id]) < len(failed_cases.get(run.id, []))
+
     rows = []
     for index, commit in enumerate(commits[:limit]):
         run = runs.get(commit.id)
         previous = commits[index + 1] if index + 1 < len(commits) else None
-        previous_run = runs.get(previous.id) if previous else None
-        failed = run is not None and run.status is RunStatus.failed
         failures = failed_cases.get(run.id, []) if run else []
-        version = commit_version(commit.sha, run.library_version if run else None)
-        known = matcher.match_all(failures, version=version, branch=commit.branch, branch_order=commit.branch_order) if matcher else {}
+        known = known_of[commit.id]
         rows.append(
             CommitRow(
                 sha=commit.sha,
@@ -94,7 +107,8 @@ def commits_page(
                 run_id=run.id if run else None,
                 status=run.status if run else None,
                 failed_cases=len(failures),
-                first_failing=failed and (previous_run is None or previous_run.status is not RunStatus.failed),
+                # Where a streak of new failures starts: a failure only on known findings is not a new one.
+                first_failing=new_failure(commit) and not new_failure(previous),
                 known_failed_cases=len(known),
                 findings=tuple({link.key: link for link in known.values()}.values()),
             )

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from service.dashboard import EVIDENCE_CLIP, case_charts
-from service.dashboard.charts import BOTTOM, HEIGHT, TOP, Axis, Chart, Rule, Series, render
+from service.dashboard.charts import BEYOND_LABEL_W, BOTTOM, HEIGHT, RIGHT, TOP, WIDTH, Axis, Chart, Rule, Series, render
 from service.models import Verdict
 from service.queries import CaseHistory, HistoryPoint
 
@@ -37,8 +37,8 @@ def point(order: int, log_e: float | None, *, fail: bool = False, tv: float = 0.
     )
 
 
-def history(*points: HistoryPoint) -> CaseHistory:
-    return CaseHistory(target="toy", branch="main", case_id="direct/x", points=points)
+def history(*points: HistoryPoint, case_id: str = "direct/x/V8/g1") -> CaseHistory:
+    return CaseHistory(target="toy", branch="main", case_id=case_id, points=points)
 
 
 def circles(svg: str) -> list[float]:
@@ -93,7 +93,38 @@ def test_tv_axis_starts_at_zero_and_acceptance_spans_zero_to_hundred_percent() -
     assert max(float(p.split(",")[1]) for p in band.split()) == pytest.approx(BOTTOM_Y, abs=0.1)
     acceptance_ticks = re.findall(r'text-anchor="end" class="tick">([^<]+)<', acceptance)
     assert (acceptance_ticks[0], acceptance_ticks[-1]) == ("0%", "100%")
-    assert "drafts accepted (%)" in acceptance
+    assert "drafts accepted (% of γ = 1)" in acceptance
+
+
+def acceptance_ys(svg: str) -> list[float]:
+    return [float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)" r="2.5" fill="#1f5fbf"', svg)]
+
+
+def test_acceptance_is_a_share_of_the_drafts_when_the_case_has_several() -> None:
+    # The suite reports accepted drafts per trial (0 to γ): 1.5 of γ = 3 is 50 %, drawn halfway up, not at 150 %.
+    _, _, acceptance = (str(c) for c in case_charts(history(point(1, 0.1, acceptance=1.5), case_id="direct/x/V64/g3")))
+    ticks = re.findall(r'text-anchor="end" class="tick">([^<]+)<', acceptance)
+    assert (ticks[0], ticks[-1]) == ("0%", "100%")
+    assert "drafts accepted (% of γ = 3)" in acceptance
+    [y] = acceptance_ys(acceptance)
+    assert y == pytest.approx((TOP + BOTTOM_Y) / 2, abs=0.1)
+
+
+def test_acceptance_without_a_number_of_drafts_is_the_mean_itself() -> None:
+    _, _, acceptance = (str(c) for c in case_charts(history(point(1, 0.1, acceptance=2.4), case_id="e2e/assistant_model/processed")))
+    assert "accepted drafts per trial" in acceptance
+    assert "%" not in "".join(re.findall(r'text-anchor="end" class="tick">([^<]+)<', acceptance))
+
+
+def test_consecutive_values_far_beyond_share_one_label_inside_the_plot() -> None:
+    huge = 500.0
+    evidence = str(case_charts(history(point(1, 0.1), *(point(o, huge, fail=True) for o in (2, 3, 4))))[0])
+    assert evidence.count('class="beyond"') == 3
+    [label] = re.findall(r'<text class="tick" x="([\d.]+)" y="[\d.]+" text-anchor="(start|end)">far beyond</text>', evidence)
+    x, anchor = float(label[0]), label[1]
+    # Its text ends inside the plot (the run's first point is near the middle: it reads to the right).
+    assert anchor == "start"
+    assert x + BEYOND_LABEL_W <= WIDTH - RIGHT
 
 
 def test_a_rule_and_the_axis_label_are_escaped() -> None:
