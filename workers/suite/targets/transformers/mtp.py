@@ -207,6 +207,7 @@ def _build(family: MtpFamily, transformers: ModuleType, device: torch.device) ->
     main = scale_head(model_cls(family.config(transformers)).eval())
     torch.manual_seed(mtp_seed)
     mtp = mtp_model_cls(main, family.mtp_layers)
+    _initialise(main, mtp)
     weights = {k: v.detach().clone() for k, v in mtp.state_dict().items() if not k.startswith(_SHARED_PREFIXES)}
     folder = tempfile.mkdtemp(prefix="specwatch-mtp-")
     try:
@@ -223,6 +224,23 @@ def _build(family: MtpFamily, transformers: ModuleType, device: torch.device) ->
             f"MtpModel.from_pretrained did not load the {family.name} MTP weights written to the local checkpoint: {', '.join(wrong[:4])}"
         )
     return target
+
+
+def _initialise(main: Any, mtp: Any) -> None:
+    """Initialise the MTP layers with the target's own ``_init_weights`` (seeded by the caller).
+
+    ``MtpModel``'s ``post_init`` knows only generic modules: it leaves a family's own parameter types as
+    ``torch.empty`` memory (Inkling's relative-position logits projection), which would make the fixture differ
+    from run to run and can hold NaN. Real MTP layers are loaded from a checkpoint, so the library never needs this.
+    """
+    with torch.no_grad():
+        for name, child in mtp.named_children():
+            if f"{name}." not in _SHARED_PREFIXES:
+                for module in child.modules():
+                    main._init_weights(module)
+    bad = [name for name, p in mtp.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise AdapterError(f"the tiny MTP layers have non-finite weights after initialisation: {', '.join(bad[:4])}")
 
 
 def _write_checkpoint(main: Any, mtp_weights: dict[str, torch.Tensor], folder: str) -> None:
