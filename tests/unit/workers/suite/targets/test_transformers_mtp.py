@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("transformers", reason="the transformers target needs transformers installed")  # CI installs it
 
 import transformers
+
 from workers.suite.cases import select
 from workers.suite.results import Verdict
 from workers.suite.runner import SuiteConfig, run_suite
