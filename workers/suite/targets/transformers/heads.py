@@ -122,6 +122,7 @@ def _greedy_case(transformers: ModuleType, path: HeadPath) -> Case:
 
 
 def _mtp_path(family: MtpFamily | None, missing: str | None) -> HeadPath:
+    models: ModelFactory
     if family is None:
         what, models = "a tiny target with MTP layers drafts (no architecture available)", _no_models
     else:
