@@ -3,11 +3,11 @@
 These paths draft with modules that belong to a model family rather than with a free-standing small
 model, so each case builds a tiny randomly initialised (seeded) instance of the real classes:
 
-* ``use_mtp=True`` (``MTPCandidateGenerator``): a Mellum target whose config has ``num_mtp_layers``.
-  The generator loads its MTP layers with ``MtpModel.from_pretrained(main_model)`` from the
-  checkpoint the target came from. Substitute: the MTP layers are a seeded random ``MtpModel`` of the
-  same classes, written with the target's own weights into a local safetensors checkpoint in a
-  temporary directory, and the target is loaded from there; nothing else is stubbed.
+* ``use_mtp=True`` (``MTPCandidateGenerator``): a tiny target of the first architecture the installed release
+  can draft with by MTP (:mod:`workers.suite.targets.transformers.mtp`, chosen by feature detection: Inkling
+  with two MTP layers, else Mellum or GLM-4-MoE with one). Its seeded random MTP layers are written with the
+  target's own weights into a local safetensors checkpoint under the family's checkpoint names, and the target
+  is loaded from there, so ``MtpModel.from_pretrained`` reads them as it reads a real checkpoint.
 * ``speculation_type="dflash"`` (``DFlashTokenCandidateGenerator``): a random ``MuseGlimmerAssistantModel``
   (the DFlash drafter class) reading the tiny Llama target's hidden states and heads.
 * A ``Gemma4AssistantForCausalLM`` assistant (``SinglePositionMultiTokenCandidateGenerator``) for a
@@ -30,9 +30,10 @@ import torch
 from workers.suite.cases import Case
 from workers.suite.experiments import Experiment
 from workers.suite.sampling import Processing
-from workers.suite.targets.transformers.bindings import has, optional_import
+from workers.suite.targets.transformers.bindings import AdapterError, has, optional_import
 from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment, GreedyEquivalenceExperiment
-from workers.suite.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS, ModelFactory, dflash_models, gemma4_models, mtp_models
+from workers.suite.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS, ModelFactory, dflash_models, gemma4_models
+from workers.suite.targets.transformers.mtp import MtpFamily, mtp_models, select_family
 
 #: Tokens tested jointly, and the prompt (every id in :data:`~workers.suite.targets.transformers.models.HEAD_VOCAB`).
 HEAD_LENGTH = 3
@@ -120,6 +121,29 @@ def _greedy_case(transformers: ModuleType, path: HeadPath) -> Case:
     )
 
 
+def _mtp_path(family: MtpFamily | None, missing: str | None) -> HeadPath:
+    models: ModelFactory
+    if family is None:
+        what, models = "a tiny target with MTP layers drafts (no architecture available)", _no_models
+    else:
+        layers = "one MTP layer" if family.mtp_layers == 1 else f"{family.mtp_layers} MTP layers"
+        what, models = f"a tiny {family.name} target with {layers} drafts", mtp_models(family)
+    return HeadPath(
+        name="mtp",
+        description=f"multi-token prediction (use_mtp=True): {what}",
+        substitute="Substitute for pretrained weights: seeded random MTP layers (MtpModel of the same classes) saved with the "
+        "target into a local safetensors checkpoint under the architecture's checkpoint names; MtpModel.from_pretrained "
+        "loads them from there. The architecture is chosen per release by feature detection.",
+        options={"use_mtp": True},
+        models=models,
+        missing=missing,
+    )
+
+
+def _no_models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
+    raise AdapterError("no multi-token-prediction fixture on this release: the case is skipped and never built")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Feature detection: what the installed library has, never a version table.
 
@@ -128,16 +152,14 @@ def _paths(transformers: ModuleType, version: str, features: dict[str, bool]) ->
     generators = optional_import("transformers.generation.candidate_generator")
     layers = optional_import("transformers.modeling_layers")
 
+    family, why_none = select_family(transformers)
     mtp_missing = None
     if not features.get("mtp"):
         mtp_missing = f"transformers {version} has no mtp path (no use_mtp generation option)"
     elif not has(generators, "MTPCandidateGenerator") or not has(layers, "MtpModel"):
         mtp_missing = f"transformers {version} has use_mtp but no MTPCandidateGenerator/MtpModel"
-    elif not has(transformers, "MellumConfig", "MellumForCausalLM"):
-        mtp_missing = f"transformers {version} has use_mtp but no Mellum model class to draft with MTP layers"
-    elif not any("mtp" in str(p) for p in getattr(transformers.MellumForCausalLM, "_keys_to_ignore_on_load_unexpected", None) or ()):
-        # MtpModel.from_pretrained finds MTP weights through these patterns (5.15 has Mellum without them)
-        mtp_missing = f"transformers {version}: Mellum registers no MTP checkpoint keys, so MtpModel cannot load its layers"
+    elif family is None:
+        mtp_missing = f"transformers {version} has use_mtp but no architecture whose MTP layers a tiny fixture can load ({why_none})"
 
     dflash_missing = None
     if not features.get("dflash"):
@@ -152,15 +174,7 @@ def _paths(transformers: ModuleType, version: str, features: dict[str, bool]) ->
         gemma_missing = f"transformers {version} has SinglePositionMultiTokenCandidateGenerator but no Gemma 4 assistant classes"
 
     return (
-        HeadPath(
-            name="mtp",
-            description="multi-token prediction (use_mtp=True): a tiny Mellum target with one MTP layer drafts",
-            substitute="Substitute for pretrained weights: seeded random MTP layers (MtpModel of the same classes) saved with the "
-            "target into a local safetensors checkpoint; MtpModel.from_pretrained loads them from there.",
-            options={"use_mtp": True},
-            models=mtp_models,
-            missing=mtp_missing,
-        ),
+        _mtp_path(family, mtp_missing),
         HeadPath(
             name="dflash",
             description='DFlash (speculation_type="dflash"): a tiny MuseGlimmerAssistantModel drafts a block of 2 for a tiny Llama target',

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
-import shutil
-import tempfile
-import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Final
 
 import torch
-
-from workers.suite.targets.transformers.bindings import AdapterError, optional_import
 
 #: Builds (target, draft) models on a device; the draft stands in for ``options["assistant_model"] = True``.
 ModelFactory = Callable[[ModuleType, torch.device], tuple[Any, Any]]
@@ -135,66 +129,8 @@ def resolve_options(transformers: ModuleType, options: dict[str, Any], draft: An
 
 
 # ---------------------------------------------------------------------------------------------------
-# The drafting heads' models (heads.py): a target family's own drafting modules over HEAD_VOCAB.
-
-
-def _mellum_config(transformers: ModuleType) -> Any:
-    return tiny_config(
-        transformers.MellumConfig,
-        vocab_size=HEAD_VOCAB,
-        num_hidden_layers=2,
-        sliding_window=None,
-        layer_types=["full_attention"] * 2,
-        mlp_layer_types=["dense"] * 2,
-        num_mtp_layers=1,
-        mtp_layer_types=["full_attention"],
-        mtp_mlp_layer_types=["dense"],
-        eos_token_id=UNREACHABLE_EOS,
-    )
-
-
-def mtp_models(transformers: ModuleType, device: torch.device) -> tuple[Any, None]:
-    """A tiny Mellum target (2 dense layers) loaded from a local checkpoint that also holds its MTP layer.
-
-    The checkpoint is the target's own ``save_pretrained`` output plus the seeded random MTP layer's
-    weights under the ``mtp.`` prefix Mellum checkpoints use (the keys ``MellumForCausalLM`` ignores
-    and ``MtpModel.from_pretrained`` picks up). The temporary directory is removed with the model.
-    """
-    logging_utils = optional_import("transformers.utils.logging")
-    if logging_utils is not None and hasattr(logging_utils, "disable_progress_bar"):
-        logging_utils.disable_progress_bar()  # MtpModel.from_pretrained runs in every generate() call
-    mtp_model_cls = importlib.import_module("transformers.modeling_layers").MtpModel
-    torch.manual_seed(11)
-    main = scale_head(transformers.MellumForCausalLM(_mellum_config(transformers)).eval())
-    torch.manual_seed(12)
-    mtp = mtp_model_cls(main, 1)
-    mtp_weights = {k: v.detach().clone() for k, v in mtp.layers.state_dict(prefix="layers.").items()}
-    folder = tempfile.mkdtemp(prefix="specwatch-mtp-")
-    try:
-        _write_checkpoint(main, mtp, folder)
-        target = transformers.MellumForCausalLM.from_pretrained(folder).eval().to(device)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    weakref.finalize(target, shutil.rmtree, folder, ignore_errors=True)  # the checkpoint lives as long as the model
-    loaded = mtp_model_cls.from_pretrained(target, device_map={"": device}).state_dict()
-    if any(k not in loaded or not torch.equal(loaded[k].cpu(), v) for k, v in mtp_weights.items()):
-        raise AdapterError("MtpModel.from_pretrained did not load the MTP weights written to the local checkpoint")
-    return target, None
-
-
-def _write_checkpoint(main: Any, mtp: Any, folder: str) -> None:
-    """``main.save_pretrained(folder)`` with the MTP layers' weights under the ``mtp.`` prefix of Mellum checkpoints.
-
-    The layers are attached to the main model only while it is saved, so the library writes them.
-    """
-    holder = torch.nn.Module()
-    holder.layers = mtp.layers
-    main.mtp = holder
-    try:
-        main.save_pretrained(folder)
-    finally:
-        del main.mtp
+# The drafting heads' models (heads.py): a target family's own drafting modules over HEAD_VOCAB (multi-token
+# prediction in mtp.py).
 
 
 def dflash_models(transformers: ModuleType, device: torch.device) -> tuple[Any, Any]:
