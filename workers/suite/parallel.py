@@ -37,6 +37,19 @@ def _run_one(case_id: str, index: int, total: int, config: SuiteConfig, tests: i
         return error_result(case, config, tests, exc, 0.0)
 
 
+def longest_first(items: Sequence[tuple[int, Case]]) -> list[tuple[int, Case]]:
+    """Cases in the order to start them: end-to-end sampling cases (hundreds of ``generate()`` calls, the longest),
+    then the greedy ones (64 prompts), then the direct and edge cases (seconds each), catalogue order within each
+    group, so that the processes run out of work together instead of one waiting on a long case started last."""
+
+    def group(case: Case) -> int:
+        if case.family != "e2e":
+            return 2
+        return 1 if case.id.startswith("e2e/greedy/") else 0
+
+    return sorted(items, key=lambda item: group(item[1]))
+
+
 class ProcessPool:
     """A ``CasePool`` of ``jobs`` spawned processes testing the target named by ``spec``."""
 
@@ -48,7 +61,7 @@ class ProcessPool:
     def run(self, items: Sequence[tuple[int, Case]], config: SuiteConfig, tests: int) -> Iterator[tuple[int, CaseResult]]:
         total = len(items)
         futures: dict[Future[CaseResult], int] = {
-            self._executor.submit(_run_one, case.id, index, total, config, tests): index for index, case in items
+            self._executor.submit(_run_one, case.id, index, total, config, tests): index for index, case in longest_first(items)
         }
         for future in as_completed(futures):
             yield futures[future], future.result()
