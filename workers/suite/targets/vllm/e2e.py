@@ -37,15 +37,16 @@ from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, cond
 from workers.suite.experiments import CheckSpec, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.targets.vllm.bindings import AdapterError
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
     GAMMA,
     conditional_logits,
     discard_engine,
     engine,
+    next_token_logits,
     sampling_params,
     speculative_config_fields,
-    target_oracle,
     tiny_models,
 )
 
@@ -54,8 +55,41 @@ E2E_LENGTH = 3
 E2E_HORIZON = 12
 #: Repeats an n-gram so that ngram lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = (1, 2, 3, 1, 2, 3, 1, 2)
-#: Cuts real mass on the 8-token vocabulary: top-k 3 keeps 3 of 8, top-p 0.9 trims the tail of those.
-PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+#: Cuts real mass on every row the joint law enumerates (:func:`processed_law`): top-k 6 of 8 removes at least
+#: 7 % of the tempered mass, then top-p 0.85 at least 6 % of what top-k kept; 31 prefixes are reachable.
+PROCESSING_ON = Processing(temperature=0.8, top_k=6, top_p=0.85)
+#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
+MIN_REMOVED = 0.01
+
+
+def processed_law(processing: Processing, prompt: Sequence[int], length: int) -> NDArray[np.float64]:
+    """The exact law of the first ``length`` tokens after ``processing``, refusing a fixture that does not test it.
+
+    Every row the law enumerates (each reachable prefix) must be at least ``FLOAT32_MARGIN`` from a processing
+    boundary (float noise in vLLM's float32 processing cannot change its support), and top-k and top-p, when
+    set, must each remove at least ``MIN_REMOVED`` of its mass (top-k of the tempered law, top-p of what top-k
+    kept): a processor that cuts nothing on a row is not tested there. Raises :class:`AdapterError`.
+    """
+    p = processing
+    removed: list[tuple[float, float]] = []
+
+    def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+        logits = next_token_logits(tiny_models(), prompt, prefix)
+        margin = processing_margin(logits.numpy(), p.temperature, p.top_k, p.top_p)
+        if margin < FLOAT32_MARGIN:
+            raise AdapterError(
+                f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
+                f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
+            )
+        removed.append(p.removed_mass(logits))
+        return p.probs(logits).numpy()
+
+    law = sequence_law(oracle, length, E2E_VOCAB)
+    for index, name, active in ((0, "top-k", p.top_k is not None), (1, "top-p", p.top_p not in (None, 1.0))):
+        least = min(r[index] for r in removed)
+        if active and least < MIN_REMOVED:
+            raise AdapterError(f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture")
+    return law
 
 
 # ------------------------------------------------------------------------------------- experiments
@@ -80,9 +114,9 @@ class GenerateExperiment:
         self.processing = processing
         self.length, self.horizon = length, max(length, horizon)
         self.prompt = tuple(prompt)
+        self.law = processed_law(processing, self.prompt, length)  # before the engine: a bad fixture fails fast
         self.vllm = importlib.import_module("vllm")
         self.llm = engine(engine_name)
-        self.law = sequence_law(target_oracle(tiny_models(), processing, self.prompt), length, E2E_VOCAB)
         self._checks = (
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),
             *(
@@ -192,7 +226,7 @@ class GreedyEquivalenceExperiment:
 
 
 # ------------------------------------------------------------------------------------------ catalogue
-_LABELS = {"plain": (Processing(), "processors off"), "processed": (PROCESSING_ON, "temperature 0.7, top-k 3, top-p 0.9")}
+_LABELS = {"plain": (Processing(), "processors off"), "processed": (PROCESSING_ON, "temperature 0.8, top-k 6, top-p 0.85")}
 _ENGINE_DESCRIPTIONS = {
     "plain": "plain sampling, no speculation: checks the reference law",
     "ngram": f"ngram (prompt lookup) drafting, {GAMMA} drafts per step",

@@ -113,15 +113,19 @@ def target_model(models: TinyModels) -> Any:
 def target_oracle(models: TinyModels, processing: Processing, prompt: Sequence[int]) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
     """p(. | prompt, prefix) of the saved target in float64 after ``processing`` (vLLM's order: temperature,
     top-k, top-p; the same semantics as :class:`Processing`)."""
-    model = target_model(models)
 
     def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
-        ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
-        with torch.no_grad():
-            logits = model(ids).logits[0, -1].double()
-        return processing.probs(logits).numpy()
+        return processing.probs(next_token_logits(models, prompt, prefix)).numpy()
 
     return oracle
+
+
+def next_token_logits(models: TinyModels, prompt: Sequence[int], prefix: Sequence[int]) -> torch.Tensor:
+    """Raw float64 logits of the saved target's next token after prompt + prefix."""
+    ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
+    with torch.no_grad():
+        logits: torch.Tensor = target_model(models)(ids).logits[0, -1].double()
+    return logits
 
 
 def conditional_logits(models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
