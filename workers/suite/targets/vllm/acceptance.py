@@ -91,6 +91,15 @@ def coverage_of(steps: Sequence[Sequence[Step]]) -> Coverage:
     return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
 
 
+def accepted_within(steps: Sequence[Step], horizon: int) -> int:
+    """Accepted drafts at output indices below ``horizon`` (what an unmeasured case still reports as observed)."""
+    total, start = 0, 1
+    for step in steps:
+        total += max(0, min(step.accepted, horizon - start))
+        start += step.accepted + 1
+    return total
+
+
 @dataclass(frozen=True)
 class AcceptanceBatch:
     """PIT bin counts of the tested drafts' acceptances, accepted and expected accepted drafts among them, and

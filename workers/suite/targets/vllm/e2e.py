@@ -37,7 +37,15 @@ from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, cond
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
-from workers.suite.targets.vllm.acceptance import ACCEPTANCE_CHECK, Drafting, Step, acceptance_batch, coverage_of, verification_steps
+from workers.suite.targets.vllm.acceptance import (
+    ACCEPTANCE_CHECK,
+    Drafting,
+    Step,
+    acceptance_batch,
+    accepted_within,
+    coverage_of,
+    verification_steps,
+)
 from workers.suite.targets.vllm.bindings import AdapterError
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
@@ -48,8 +56,8 @@ from workers.suite.targets.vllm.engines import (
     next_token_logits,
     records_verification_steps,
     sampling_params,
-    speculative_config_fields,
     tiny_models,
+    unavailable,
 )
 
 E2E_LENGTH = 3
@@ -105,6 +113,8 @@ def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Dr
         return None, f"vllm {version} does not itemise each request's verification steps (no per_request_spec_decode_metrics)"
     if engine_name == "ngram":
         return None, "ngram drafts come from vLLM's prompt lookup and a rejected draft is not in the output, so q is not known"
+    if engine_name == "eagle":
+        return None, "an EAGLE head's q depends on the target's hidden states and its own, which the suite does not recompute"
     return (Drafting.PROBABILISTIC if engine_name == "draft_model_probabilistic" else Drafting.GREEDY), None
 
 
@@ -181,7 +191,7 @@ class GenerateExperiment:
         rows, keep = self._target_rows(generated)
         pit, violations = self._conditional(generated, rows, keep, pit_w)
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        accepted, expected = 0, None
+        accepted, expected = sum(accepted_within(record, self.horizon) for record in steps), None
         if self.drafting is not None and generated:
             accept_counts, accepted, expected, violation = self._acceptance(generated, steps, rows, keep, accept_w)
             found[ACCEPTANCE_CHECK] = accept_counts
@@ -293,10 +303,17 @@ _ENGINE_DESCRIPTIONS = {
     "ngram": f"ngram (prompt lookup) drafting, {GAMMA} drafts per step",
     "draft_model": f"draft model, greedy drafting (the default: q one-hot), {GAMMA} drafts per step",
     "draft_model_probabilistic": f"draft model, probabilistic drafting (q = the draft's law), {GAMMA} drafts per step",
+    "eagle": f"EAGLE head (random, one layer, built from a config; the target's embeddings and LM head), {GAMMA} drafts per step",
 }
-_CASE_NAMES = {"plain": "control", "ngram": "ngram", "draft_model": "draft_model", "draft_model_probabilistic": "draft_model_probabilistic"}
+_CASE_NAMES = {
+    "plain": "control",
+    "ngram": "ngram",
+    "draft_model": "draft_model",
+    "draft_model_probabilistic": "draft_model_probabilistic",
+    "eagle": "eagle",
+}
 #: In the quick profile: the control and the default methods (ngram, greedy-drafting draft model), each with
-#: processors off and on (the probabilistic draft model and greedy equivalence are in the default profile).
+#: processors off and on (the probabilistic draft model, EAGLE and greedy equivalence are in the default profile).
 _QUICK = {"control", "ngram", "draft_model"}
 
 
@@ -311,11 +328,11 @@ class Installed(Protocol):
 
 def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     """The end-to-end catalogue; configurations the release lacks are skipped with the reason."""
-    fields = speculative_config_fields(adapter.module)
-    available = {"plain", "ngram", "draft_model"} | ({"draft_model_probabilistic"} if "draft_sample_method" in fields else set())
+    missing = unavailable(adapter.module)
     cases: list[Case] = []
     for engine_name, case_name in _CASE_NAMES.items():
-        skip = None if engine_name in available else f"vllm {adapter.version} has no draft_sample_method"
+        skip = missing.get(engine_name)
+        accepted = ", accepted drafts against Σ min(p, q)" if engine_name.startswith("draft_model") else ""
         for label, (processing, desc) in _LABELS.items():
 
             def make(device: torch.device, engine_name: str = engine_name, processing: Processing = processing) -> GenerateExperiment:
@@ -326,14 +343,14 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                     id=f"e2e/{case_name}/{label}",
                     family="e2e",
                     description=f"LLM.generate: {_ENGINE_DESCRIPTIONS[engine_name]} ({desc}); joint law of the first {E2E_LENGTH} tokens, "
-                    f"every token of {E2E_HORIZON} against its conditional law",
+                    f"every token of {E2E_HORIZON} against its conditional law{accepted}",
                     epsilon=0.1,
                     make_experiment=make,
                     skip_reason=skip,
                     quick=case_name in _QUICK,
                 )
             )
-    for engine_name in ("ngram", "draft_model"):
+    for engine_name in ("ngram", "draft_model", "eagle"):
 
         def make_greedy(device: torch.device, engine_name: str = engine_name) -> GreedyEquivalenceExperiment:
             return GreedyEquivalenceExperiment(engine_name)
@@ -345,6 +362,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                 description=f"temperature 0: {_ENGINE_DESCRIPTIONS[engine_name]} equals plain greedy output exactly (64 prompts)",
                 epsilon=0.1,
                 make_experiment=make_greedy,
+                skip_reason=missing.get(engine_name),
                 quick=False,
             )
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -51,6 +52,10 @@ class TinyModels:
     def draft(self) -> Path:
         return self.root / "draft"
 
+    @property
+    def eagle(self) -> Path:
+        return self.root / "eagle"
+
 
 _models: TinyModels | None = None
 
@@ -63,6 +68,7 @@ def tiny_models() -> TinyModels:
         atexit.register(shutil.rmtree, root, True)
         save_tiny_llama(root / "target", seed=1, layers=2)
         save_tiny_llama(root / "draft", seed=2, layers=1)
+        save_tiny_eagle(root / "eagle", seed=3)
         _models = TinyModels(root)
     return _models
 
@@ -95,6 +101,27 @@ def save_tiny_llama(path: Path, *, seed: int, layers: int, vocab: int = E2E_VOCA
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], pad_token=words[0])
     tokenizer.save_pretrained(path)
+
+
+def save_tiny_eagle(path: Path, *, seed: int, vocab: int = E2E_VOCAB) -> None:
+    """A random EAGLE head for the tiny target, in EAGLE-1's checkpoint layout: ``fc`` (2 hidden -> hidden, over
+    [token embedding, target hidden state]) and one Llama decoder layer without its input layernorm, beside a
+    Llama config. vLLM (``method="eagle"``) wraps the config as ``EagleLlamaForCausalLM`` and, since the head
+    has no ``embed_tokens`` or ``lm_head`` of its own, shares the target's."""
+    transformers = importlib.import_module("transformers")
+    safetensors = importlib.import_module("safetensors.torch")
+    save_tiny_llama(path, seed=seed, layers=1, vocab=vocab)
+    state = transformers.LlamaForCausalLM.from_pretrained(path).state_dict()
+    generator = torch.Generator().manual_seed(seed)
+    weights = {
+        name.removeprefix("model."): tensor.contiguous()
+        for name, tensor in state.items()
+        if name.startswith("model.layers.0.") and "input_layernorm" not in name
+    }
+    weights["fc.weight"] = torch.randn((64, 128), generator=generator) / 128**0.5
+    for stale in path.glob("*.safetensors"):
+        stale.unlink()
+    safetensors.save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
 _float64: dict[Path, Any] = {}
@@ -156,14 +183,26 @@ def speculative_configs(vllm: Any, models: TinyModels) -> dict[str, dict[str, An
         "plain": None,
         "ngram": {"method": "ngram", "num_speculative_tokens": GAMMA, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
         "draft_model": {"model": str(models.draft), "num_speculative_tokens": GAMMA},
+        "draft_model_probabilistic": {"model": str(models.draft), "num_speculative_tokens": GAMMA, "draft_sample_method": "probabilistic"},
+        "eagle": {"method": "eagle", "model": str(models.eagle), "num_speculative_tokens": GAMMA},
     }
-    if "draft_sample_method" in speculative_config_fields(vllm):
-        configs["draft_model_probabilistic"] = {
-            "model": str(models.draft),
-            "num_speculative_tokens": GAMMA,
-            "draft_sample_method": "probabilistic",
-        }
-    return configs
+    missing = unavailable(vllm)
+    return {name: config for name, config in configs.items() if name not in missing}
+
+
+def unavailable(vllm: Any) -> dict[str, str]:
+    """Engine configurations this release lacks, with the reason (feature detection, not version tables)."""
+    version = getattr(vllm, "__version__", "unknown")
+    missing: dict[str, str] = {}
+    if "draft_sample_method" not in speculative_config_fields(vllm):
+        missing["draft_model_probabilistic"] = f"vllm {version} has no draft_sample_method"
+    try:
+        eagle = importlib.util.find_spec("vllm.model_executor.models.llama_eagle")
+    except ImportError:
+        eagle = None
+    if eagle is None:
+        missing["eagle"] = f"vllm {version} has no EAGLE Llama head (vllm.model_executor.models.llama_eagle)"
+    return missing
 
 
 def speculative_config_fields(vllm: Any) -> set[str]:

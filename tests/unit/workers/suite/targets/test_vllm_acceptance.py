@@ -10,7 +10,7 @@ import pytest
 
 from workers.suite.conditional import pit_null
 from workers.suite.stats import log_e_dirichlet_mixture
-from workers.suite.targets.vllm.acceptance import Drafting, Step, acceptance_batch, coverage_of, verification_steps
+from workers.suite.targets.vllm.acceptance import Drafting, Step, acceptance_batch, accepted_within, coverage_of, verification_steps
 
 V, H, GAMMA = 8, 12, 3
 
@@ -161,3 +161,9 @@ def test_verification_steps_and_coverage_come_from_the_detailed_record() -> None
     coverage = coverage_of([verification_steps(detailed) or (), (Step(3, 2),)])
     assert (coverage.drafts, coverage.accepted, coverage.rounds) == ({2: 1, 3: 3}, {0: 1, 1: 1, 2: 1, 3: 1}, {1: 1, 3: 1})
     assert (coverage.full, coverage.partial) == (1, 2)
+
+
+def test_accepted_drafts_within_the_horizon() -> None:
+    """Steps (3, 3), (3, 1), (3, 3) from index 1: accepted drafts at 1-3, 5, 7-9; a horizon of 9 keeps 1-3, 5, 7-8."""
+    assert accepted_within([Step(3, 3), Step(3, 1), Step(3, 3)], 9) == 6
+    assert accepted_within([Step(3, 3), Step(3, 1), Step(3, 3)], 12) == 7
