@@ -146,14 +146,16 @@ def _patch_expand_kernel(monkeypatch) -> None:
 
 
 def test_e2e_draft_model_acceptance_matches_sum_min_p_q_once_the_cpu_build_is_patched(target, monkeypatch):
-    """With the CPU expand kernel patched, the draft-model cases pass every check, the acceptance check among them:
-    the accepted drafts per trial (counted from vLLM's per-request verification record) agree with Σ min(p, q)
-    summed over the drafts the trials reached, and coverage reached its design. Unpatched, the same record shows
+    """With the CPU expand kernel patched, the draft-model cases (greedy drafting: q one-hot; probabilistic: q the
+    draft's tempered law) pass every check, the acceptance check among them: the accepted drafts per trial
+    (counted from vLLM's per-request verification record) agree with Σ min(p, q) summed over the drafts the
+    trials reached (seed 3: 7.07 against 7.08 per trial, probabilistic), and coverage reached its design. Unpatched, the same record shows
     the finding as acceptance far below expectation."""
     if _cpu_build(target):
         _patch_expand_kernel(monkeypatch)
-    run = _run(target, ["e2e/draft_model/plain", "e2e/draft_model/processed"], quick=True)
-    for case_id in ("e2e/draft_model/plain", "e2e/draft_model/processed"):
+    cases = ["e2e/draft_model/plain", "e2e/draft_model/processed", "e2e/draft_model_probabilistic/plain"]
+    run = _run(target, cases, quick=True)
+    for case_id in cases:
         result, checks = _checks(run, case_id)
         assert result.verdict == Verdict.PASS, result.reason
         assert checks["conformance/acceptance"].observations > 2 * result.n_trials
