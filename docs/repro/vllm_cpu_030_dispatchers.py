@@ -23,6 +23,7 @@ and the launch runs (its float output is then the uninitialised memory of the 0.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import torch
@@ -39,11 +40,9 @@ DISPATCHERS = {
 
 
 def main() -> int:
-    import importlib
-
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-    CPUModelRunner._postprocess_triton(None)  # noqa: SLF001 - what the CPU runner's constructor does (no state used)
+    CPUModelRunner._postprocess_triton(None)  # what the CPU runner's constructor does (it uses no runner state)
     cpu_tl = importlib.import_module("vllm.utils.cpu_triton_utils")
     for (module, name), cpu_name in DISPATCHERS.items():
         dispatcher = getattr(importlib.import_module(module), name)
