@@ -46,10 +46,10 @@ from workers.suite.targets.vllm.acceptance import (
     coverage_of,
     verification_steps,
 )
-from workers.suite.targets.vllm.bindings import AdapterError
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
     GAMMA,
+    EngineError,
     conditional_logits,
     discard_engine,
     engine,
@@ -78,7 +78,7 @@ def processed_law(processing: Processing, prompt: Sequence[int], length: int) ->
     Every row the law enumerates (each reachable prefix) must be at least ``FLOAT32_MARGIN`` from a processing
     boundary (float noise in vLLM's float32 processing cannot change its support), and top-k and top-p, when
     set, must each remove at least ``MIN_REMOVED`` of its mass (top-k of the tempered law, top-p of what top-k
-    kept): a processor that cuts nothing on a row is not tested there. Raises :class:`AdapterError`.
+    kept): a processor that cuts nothing on a row is not tested there. Raises :class:`EngineError`.
     """
     p = processing
     removed: list[tuple[float, float]] = []
@@ -87,7 +87,7 @@ def processed_law(processing: Processing, prompt: Sequence[int], length: int) ->
         logits = next_token_logits(tiny_models(), prompt, prefix)
         margin = processing_margin(logits.numpy(), p.temperature, p.top_k, p.top_p)
         if margin < FLOAT32_MARGIN:
-            raise AdapterError(
+            raise EngineError(
                 f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
                 f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
             )
@@ -98,7 +98,7 @@ def processed_law(processing: Processing, prompt: Sequence[int], length: int) ->
     for index, name, active in ((0, "top-k", p.top_k is not None), (1, "top-p", p.top_p not in (None, 1.0))):
         least = min(r[index] for r in removed)
         if active and least < MIN_REMOVED:
-            raise AdapterError(
+            raise EngineError(
                 f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture"
             )
     return law

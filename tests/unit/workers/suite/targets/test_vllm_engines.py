@@ -10,9 +10,8 @@ import torch
 
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing
-from workers.suite.targets.vllm.bindings import AdapterError
 from workers.suite.targets.vllm.e2e import MIN_REMOVED, PROCESSING_ON, PROMPT, processed_law
-from workers.suite.targets.vllm.engines import E2E_VOCAB, conditional_logits, next_token_logits, target_oracle, tiny_models
+from workers.suite.targets.vllm.engines import E2E_VOCAB, EngineError, conditional_logits, next_token_logits, target_oracle, tiny_models
 
 
 def test_the_batched_conditional_rows_are_the_oracles_law_at_every_prefix() -> None:
@@ -52,5 +51,5 @@ def test_the_processed_fixture_cuts_real_mass_with_both_processors_on_every_reac
     ],
 )
 def test_a_processing_that_does_not_bite_on_a_reachable_row_is_refused_when_the_case_is_built(processing: Processing, refusal: str) -> None:
-    with pytest.raises(AdapterError, match=re.escape(refusal)):
+    with pytest.raises(EngineError, match=re.escape(refusal)):
         processed_law(processing, PROMPT, 3)
