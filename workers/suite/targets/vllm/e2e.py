@@ -51,7 +51,7 @@ from workers.suite.targets.vllm.engines import (
     GAMMA,
     EngineError,
     conditional_logits,
-    discard_engine,
+    discard_engines,
     engine,
     next_token_logits,
     records_verification_steps,
@@ -176,7 +176,7 @@ class GenerateExperiment:
         try:
             outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
-            discard_engine(self.engine_name)  # its scheduler may still hold the failed requests
+            discard_engines()  # its scheduler may still hold the failed requests
             raise TargetRaised(exc) from exc
         counts = np.zeros(len(self.law), dtype=np.int64)
         generated: list[list[int]] = []
@@ -285,8 +285,7 @@ class GreedyEquivalenceExperiment:
             plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
             spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
-            discard_engine("plain")
-            discard_engine(self.engine_name)
+            discard_engines()
             raise TargetRaised(exc) from exc
         violations = [
             Violation(Layer.LOSSLESS, f"prompt {p['prompt_token_ids']}: greedy {a} != speculative {b}")

@@ -11,6 +11,7 @@ build hung for good). The float64 copy of the target is the oracle of the exact 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -263,9 +264,21 @@ def engine(name: str) -> Any:
     return _engines[name]
 
 
-def discard_engine(name: str) -> None:
-    """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
-    _engines.pop(name, None)
+def discard_engines() -> None:
+    """Shut every engine down and forget it (after one raised): the next case that needs one builds it afresh.
+
+    The engine that raised may still hold the failed requests in its scheduler. Shutting an in-process engine down
+    tears down the distributed state every engine of the process shares (``EngineCore.shutdown`` calls vLLM's
+    ``cleanup_dist_env_and_memory``), so the others go too. Shut down here, not left to the garbage collector:
+    vLLM's finalizer, run whenever the collector reaches the dropped engine, destroyed that state in the middle
+    of building the next engine ("pipeline model parallel group is not initialized").
+    """
+    while _engines:
+        _, llm = _engines.popitem()
+        shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            with contextlib.suppress(Exception):  # an engine that cannot shut down cleanly is dropped all the same
+                shutdown()
 
 
 def sampling_params(vllm: Any, processing: Processing, length: int, seed: int) -> Any:
