@@ -104,6 +104,14 @@ def processed_law(processing: Processing, prompt: Sequence[int], length: int) ->
     return law
 
 
+def _coverage_design(engine_name: str) -> CoverageDesign | None:
+    """What a speculative engine's trials must exercise. ngram proposes nothing where the context has no match (a
+    step without drafts is no verification, and vLLM records none), so a request may have as few as one."""
+    if engine_name == "plain":
+        return None
+    return CoverageDesign(min_rounds=1) if engine_name == "ngram" else CoverageDesign()
+
+
 def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Drafting | None, str | None]:
     """How the engine drafts (None: acceptance is not measured) and, for a speculative engine that cannot be
     measured honestly, why."""
@@ -144,7 +152,7 @@ class GenerateExperiment:
         self.vllm = importlib.import_module("vllm")
         self.llm = engine(engine_name)
         itemised = records_verification_steps(self.vllm)
-        self.coverage_design = CoverageDesign() if engine_name != "plain" and itemised else None
+        self.coverage_design = _coverage_design(engine_name) if itemised else None
         self.drafting, self.acceptance_unmeasured = _acceptance_plan(engine_name, itemised, self.vllm.__version__)
         self._checks = (
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),

@@ -24,6 +24,9 @@ pytestmark = [
     # kernel-override registry probes torch.distributed.reduce_op): the library's warnings are not under test.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
+    # numba warns (NumbaPendingDeprecationWarning) when it compiles vLLM's ngram proposer, whose batch_propose_numba
+    # takes a reflected list: on the first ngram proposal of a process, inside LLM.generate.
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
 ]
 
 _REPRO = Path(__file__).resolve().parents[5] / "docs" / "repro" / "vllm_cpu_expand_kernel.py"
@@ -174,6 +177,7 @@ def test_e2e_ngram_says_its_acceptance_is_not_measured(target, monkeypatch):
         _patch_expand_kernel(monkeypatch)
     run = _run(target, ["e2e/ngram/plain"], quick=True)
     result, checks = _checks(run, "e2e/ngram/plain")
+    assert result.verdict == Verdict.PASS, result.reason
     assert "conformance/acceptance" not in checks
     assert "acceptance not measured: ngram drafts come from vLLM's prompt lookup" in result.reason
     assert result.acceptance.expected is None
