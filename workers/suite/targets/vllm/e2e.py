@@ -150,7 +150,7 @@ class GenerateExperiment:
         self.prompt = tuple(prompt)
         self.law = processed_law(processing, self.prompt, length)  # before the engine: a bad fixture fails fast
         self.vllm = importlib.import_module("vllm")
-        self.llm = engine(engine_name)
+        engine(engine_name)  # built now, so that a release that cannot build it errors when the case is built
         itemised = records_verification_steps(self.vllm)
         self.coverage_design = _coverage_design(engine_name) if itemised else None
         self.drafting, self.acceptance_unmeasured = _acceptance_plan(engine_name, itemised, self.vllm.__version__)
@@ -182,7 +182,8 @@ class GenerateExperiment:
         accept_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
         params = [sampling_params(self.vllm, self.processing, self.horizon, s) for s in seeds]
         try:
-            outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
+            # Looked up per batch, not held: after a raise every engine is shut down and rebuilt on demand.
+            outputs = engine(self.engine_name).generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
             discard_engines()  # its scheduler may still hold the failed requests
             raise TargetRaised(exc) from exc
@@ -267,8 +268,8 @@ class GreedyEquivalenceExperiment:
     def __init__(self, engine_name: str, *, new_tokens: int = 6) -> None:
         self.vllm = importlib.import_module("vllm")
         self.engine_name = engine_name
-        self.plain = engine("plain")
-        self.speculative = engine(engine_name)
+        engine("plain")  # built now (see GenerateExperiment), looked up per batch
+        engine(engine_name)
         self.new_tokens = new_tokens
 
     @property
@@ -290,8 +291,8 @@ class GreedyEquivalenceExperiment:
             prompts.append({"prompt_token_ids": torch.randint(0, E2E_VOCAB, (length,), generator=generator).tolist()})
         params = self.vllm.SamplingParams(temperature=0.0, max_tokens=self.new_tokens, ignore_eos=True)
         try:
-            plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
-            spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
+            plain = [list(o.outputs[0].token_ids) for o in engine("plain").generate(prompts, params, use_tqdm=False)]
+            spec = [list(o.outputs[0].token_ids) for o in engine(self.engine_name).generate(prompts, params, use_tqdm=False)]
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
             discard_engines()
             raise TargetRaised(exc) from exc
