@@ -43,8 +43,12 @@ def main() -> int:
     print(f"library: {library}")
     for r in run["results"]:
         tv = "" if r.get("tv_estimate") is None else f"{r['tv_estimate']:.3f}"
+        acceptance = r.get("acceptance") or {}
+        # Accepted drafts per trial against Σ min(p, q) where the case measures it (the end-to-end draft model).
+        accepted = f"{acceptance['observed']:.2f}/{acceptance['expected']:.2f}" if acceptance.get("expected") is not None else ""
         reason = (r.get("reason") or "").splitlines()[0][:90] if r["verdict"] != "pass" else ""
-        print(f"  {r['case_id']:45s} {r['verdict']:7s} {r.get('n_trials', 0):>8} {tv:>6} {r.get('duration_s', 0):7.1f} s  {reason}")
+        seconds = r.get("duration_s", 0)
+        print(f"  {r['case_id']:45s} {r['verdict']:7s} {r.get('n_trials', 0):>8} {tv:>6} {accepted:>11} {seconds:7.1f} s  {reason}")
     return code
 
 

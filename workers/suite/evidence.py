@@ -48,6 +48,7 @@ class CaseEvidence:
     accepted_total: int = 0
     fingerprint: str = ""
     coverage: Coverage | None = None
+    expected_accepted: float | None = None
 
     def __post_init__(self) -> None:
         self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
@@ -58,6 +59,8 @@ class CaseEvidence:
         """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
         self.trials += n
         self.accepted_total += obs.accepted_total
+        if obs.expected_accepted is not None:
+            self.expected_accepted = (self.expected_accepted or 0.0) + obs.expected_accepted
         if obs.coverage is not None:
             self.coverage = obs.coverage if self.coverage is None else self.coverage.merge(obs.coverage)
         for violation in obs.violations:
@@ -178,6 +181,13 @@ def case_result(
         if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
             powered = False
             reason = f"coverage short of design: {'; '.join(coverage['shortfalls'])}; {reason}"
+    # An experiment that drafts but cannot measure acceptance honestly says why, rather than passing silently on it.
+    unmeasured: str | None = getattr(experiment, "acceptance_unmeasured", None)
+    if unmeasured:
+        reason = f"{reason}; acceptance not measured: {unmeasured}"
+    expected = experiment.expected_acceptance
+    if state.expected_accepted is not None:
+        expected = state.expected_accepted / state.trials if state.trials else None
     p_value = None
     if headline is not None and state.trials > 0:
         spec = next(c for c in experiment.checks if c.name == headline.name)
@@ -206,7 +216,7 @@ def case_result(
         tv_ci=headline.tv_ci if headline else None,
         acceptance=Acceptance(
             observed=state.accepted_total / state.trials if state.trials else None,
-            expected=experiment.expected_acceptance,
+            expected=expected,
         ),
         counts_digest=digest.hexdigest()[:16],
         fingerprint=state.fingerprint,

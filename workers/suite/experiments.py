@@ -124,6 +124,9 @@ class Observation:
     sample: bytes
     #: What the library's drafting did in this batch (speculative end-to-end experiments only).
     coverage: Coverage | None = None
+    #: Expected accepted drafts of the batch, for experiments whose expectation depends on the path taken (the
+    #: sum of Σ min(p, q) over the drafts counted in ``accepted_total``); None: ``expected_acceptance`` holds.
+    expected_accepted: float | None = None
 
 
 class Experiment(Protocol):

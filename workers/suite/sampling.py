@@ -60,6 +60,14 @@ class Processing:
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         return self.logits(logits).softmax(dim=-1)
 
+    def removed_mass(self, logits: torch.Tensor) -> tuple[float, float]:
+        """Mass of one row removed by top-k from the tempered law, and by top-p from what top-k kept (0.0 for a
+        processor that is not set): how much each processor really cuts on that row."""
+        tempered = (logits / self.temperature).softmax(-1)
+        after_k = Processing(temperature=self.temperature, top_k=self.top_k).probs(logits)
+        after_p = self.probs(logits)
+        return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
+
     def describe(self) -> str:
         parts = []
         if self.temperature != 1.0:

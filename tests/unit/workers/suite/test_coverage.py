@@ -88,3 +88,25 @@ def test_an_experiment_can_lower_the_trial_floor_to_its_own_minimum():
     assert 32 <= lowered.trial_cap < 1024
     assert lowered.n_trials == lowered.trial_cap
     assert lowered.powered  # the design's own size still gives the designed power
+
+
+class _PathDependent(_Uniform):
+    """Each trial accepts 2 drafts where 1.5 were expected on the path it took (the fingerprint probe included)."""
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        obs = super().run(n, generator)
+        return Observation(obs.counts, (), 2 * n, obs.sample, obs.coverage, 1.5 * n)
+
+
+def test_a_path_dependent_expected_acceptance_is_the_sum_over_the_counted_trials():
+    result = run_case(CASE, _PathDependent(REACHED), SuiteConfig(seed=1), 1)
+    assert (result.acceptance.observed, result.acceptance.expected) == (2.0, 1.5)
+
+
+def test_an_experiment_that_cannot_measure_acceptance_says_why():
+    experiment = _Uniform(REACHED)
+    experiment.acceptance_unmeasured = "q is not known"
+    result = run_case(CASE, experiment, SuiteConfig(seed=1), 1)
+    assert result.verdict == Verdict.PASS
+    assert result.reason.endswith("; acceptance not measured: q is not known")
+    assert result.acceptance.expected is None

@@ -32,6 +32,16 @@ def test_top_k_keeps_ties_and_top_p_keeps_the_smallest_sufficient_set():
     assert torch.isfinite(Processing(top_p=0.5).logits(logits))[0].tolist() == [True, False, False, False, False]
 
 
+def test_removed_mass_is_what_top_k_cuts_then_what_top_p_cuts_of_the_rest():
+    logits = torch.tensor([3.0, 1.0, 1.0, 0.0, -1.0], dtype=torch.float64)
+    probs = logits.softmax(-1)
+    by_k, by_p = Processing(top_k=3, top_p=0.8).removed_mass(logits)
+    assert by_k == pytest.approx(float(probs[3:].sum()))  # the two smallest tokens
+    kept = probs[:3] / probs[:3].sum()  # about 0.79, 0.11, 0.11: top-p 0.8 keeps the first two
+    assert by_p == pytest.approx(float(kept[2]))
+    assert Processing(temperature=0.5).removed_mass(logits) == (0.0, 0.0)
+
+
 def test_temperature_and_identity():
     logits = torch.tensor([[2.0, 0.0]], dtype=torch.float64)
     assert Processing(temperature=0.5).probs(logits)[0, 0] == pytest.approx(1 / (1 + np.exp(-4.0)))

