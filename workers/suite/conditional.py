@@ -47,6 +47,9 @@ PIT_BINS = 16
 #: too close to call in float32, where libraries process: the conditional checks leave them out, and an
 #: adapter refuses such a row among those its joint law enumerates.
 FLOAT32_MARGIN = 1e-4
+#: Mass top-k and top-p must each remove on every row a processed fixture's joint law enumerates, when they are
+#: set: less, and the case would not test that processor there (the adapters refuse such a fixture).
+MIN_REMOVED = 0.01
 
 
 class TokenOrder(enum.StrEnum):

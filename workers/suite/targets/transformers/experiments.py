@@ -16,7 +16,16 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, ConditionalBatch, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.conditional import (
+    FLOAT32_MARGIN,
+    MIN_REMOVED,
+    PIT_BINS,
+    ConditionalBatch,
+    TokenOrder,
+    conditional_batch,
+    pit_null,
+    processing_margin,
+)
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
@@ -136,7 +145,7 @@ class GenerateExperiment:
                     f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
                     f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
                 )
-            self._bites.append(_removed_mass(logits, p))
+            self._bites.append(p.removed_mass(logits))
             return p.probs(logits).cpu().numpy()
 
         return oracle
@@ -220,18 +229,6 @@ def _generate(model: Any, prompt: torch.Tensor, mask: torch.Tensor, kwargs: dict
     except Exception as exc:
         raise TargetRaised(exc) from exc
     return out
-
-
-#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
-MIN_REMOVED = 0.01
-
-
-def _removed_mass(logits: torch.Tensor, processing: Processing) -> tuple[float, float]:
-    """Mass removed by top-k from the tempered law, and by top-p from what top-k kept."""
-    tempered = (logits / processing.temperature).softmax(-1)
-    after_k = Processing(temperature=processing.temperature, top_k=processing.top_k).probs(logits)
-    after_p = processing.probs(logits)
-    return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
 
 
 def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[float, float]]) -> None:

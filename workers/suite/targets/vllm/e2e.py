@@ -33,7 +33,7 @@ import torch
 from numpy.typing import NDArray
 
 from workers.suite.cases import Case
-from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.conditional import FLOAT32_MARGIN, MIN_REMOVED, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing, TargetRaised
@@ -68,8 +68,6 @@ PROMPT: tuple[int, ...] = (1, 2, 3, 1, 2, 3, 1, 2)
 #: Cuts real mass on every row the joint law enumerates (:func:`processed_law`): top-k 6 of 8 removes at least
 #: 7 % of the tempered mass, then top-p 0.85 at least 6 % of what top-k kept; 31 prefixes are reachable.
 PROCESSING_ON = Processing(temperature=0.8, top_k=6, top_p=0.85)
-#: Mass top-k and top-p must each remove on every row the joint law enumerates, when they are set.
-MIN_REMOVED = 0.01
 
 
 def processed_law(processing: Processing, prompt: Sequence[int], length: int) -> NDArray[np.float64]:
