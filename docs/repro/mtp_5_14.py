@@ -1,9 +1,9 @@
-"""Multi-token prediction on transformers 5.14-5.15: q is the raw logits; greedy MTP raises (docs/findings.md).
+"""Multi-token prediction on transformers 5.14-5.15: q is the raw logits; Inkling raises on short prompts (docs/findings.md).
 
 Standalone: no specwatch code. With a release on the path (torch, safetensors and ``transformers==X``)::
 
     python docs/repro/mtp_5_14.py q [N]        # drafted tokens vs reported q over N drafting calls (default 1000)
-    python docs/repro/mtp_5_14.py greedy       # generate(use_mtp=True, do_sample=False) on 64 random prompts
+    python docs/repro/mtp_5_14.py greedy       # plain and use_mtp=True greedy generate() on 64 random prompts
     PATCH=1 python docs/repro/mtp_5_14.py q    # MtpModel.forward returns the processed scores as q (5.15.1's fix)
 
 The fixture: a tiny random ``InklingForCausalLM`` (4 tokens, 2 decoder layers, peaked head) whose local
@@ -16,8 +16,8 @@ for it (the softmax of the returned candidate logits), against the law the draft
 of the processed scores, recomputed from the same logits). The drafted frequencies follow the processed law,
 not the reported q.
 
-``greedy``: counts the prompts on which greedy MTP generation raises, and prints the first traceback's last
-line and the shapes of the last verification.
+``greedy``: counts the prompts (2-6 tokens) on which plain greedy ``generate()`` and ``generate(use_mtp=True)``
+raise, with their prompt lengths, and the prompts where both run and differ; prints the first error of each.
 """
 
 from __future__ import annotations

@@ -156,7 +156,6 @@ def test_finding_gemma4_assistant_drafts_greedily_but_reports_softmax_q(target, 
     assert fixed.verdict == Verdict.PASS, fixed.reason
 
 
-
 # Finding, transformers 5.14.0-5.14.1 ("Inkling raises on a prompt shorter than its convolution kernel"):
 # InklingShortConvolution.forward drops the left context that the cache's update_conv_state adds only when the
 # layer had a previous state; at a prefill shorter than the kernel (4 tokens) update_conv_state left-pads to the
@@ -173,7 +172,8 @@ def _inkling_convolution_of_5_14():
     source = textwrap.dedent(inspect.getsource(modeling_inkling.InklingShortConvolution.forward))
     assert source.count(_DROP_WITH_CACHE) == 1
     namespace: dict[str, object] = {}
-    exec(compile(source.replace(_DROP_WITH_CACHE, _DROP_AFTER_PREVIOUS_STATE), "<5.14 condition>", "exec"), vars(modeling_inkling), namespace)
+    mutated = source.replace(_DROP_WITH_CACHE, _DROP_AFTER_PREVIOUS_STATE)
+    exec(compile(mutated, "<5.14 condition>", "exec"), vars(modeling_inkling), namespace)
     return namespace["forward"]
 
 

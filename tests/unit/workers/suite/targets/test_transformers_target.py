@@ -237,7 +237,6 @@ def test_finding_edge_checks_on_the_installed_release(target):
     assert {r.verdict for case, r in verdicts.items() if case not in failed | {crashed.case_id}} == {Verdict.PASS}
 
 
-
 # Finding, transformers 4.40-5.13 ("Prompt-lookup generation returns more tokens than max_new_tokens"):
 # PromptLookupCandidateGenerator caps the end of its candidates at max_length as an index into the prompt
 # (`min(end_idx, input_length, self.max_length)`), not their number at the room left, so with 2 tokens to go
@@ -311,6 +310,7 @@ def test_finding_prompt_lookup_overshoots_max_new_tokens_without_the_loop_crop(t
     monkeypatch.setattr(candidate_generator.PromptLookupCandidateGenerator, "get_candidates", _capped_prompt_lookup_get_candidates())
     fixed = _run(target, ["e2e/greedy/prompt_lookup"]).results[0]
     assert fixed.verdict == Verdict.PASS, fixed.reason
+
 
 def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built():
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
