@@ -9,9 +9,9 @@ Standalone: no specwatch code. With a release on the path (e.g. a scratch enviro
 A tiny random Llama (6 tokens, peaked next-token laws, so greedy continuations soon repeat and prompt lookup
 finds matches), 64 random prompts of 2–6 tokens, ``max_new_tokens=10``, 3 lookup tokens. For ``do_sample=False``
 and ``do_sample=True`` it counts the calls that return more than 10 new tokens, and for greedy the calls
-whose first 10 new tokens differ from plain greedy. It records every ``get_candidates`` call and prints the
-first whose candidates run past ``max_length - 1`` (the target appends one token of its own to the accepted
-candidates, so more candidates than ``max_length - 1 - input_length`` can overshoot).
+whose first 10 new tokens differ from plain greedy. It counts the ``get_candidates`` calls whose candidates end
+past ``max_length`` and prints the first (accepted, they and the target's own token overshoot it; the patch
+caps the candidates at ``max_length - 1 - input_length``).
 """
 
 from __future__ import annotations
