@@ -69,7 +69,8 @@ def test_mtp_and_dflash_cases_pass_on_the_installed_release(target):
 
 
 def _mtp_raw_logits_as_q(monkeypatch):
-    """The MTP head samples its draft from processed logits but reports the raw logits as q."""
+    """The MTP head samples its draft from processed logits but reports the raw logits as q: what 5.14.0-5.15.0
+    shipped (docs/findings.md, "Multi-token prediction samples its drafts from processed scores ...")."""
     from transformers.generation.candidate_generator import MTPCandidateGenerator
     from transformers.modeling_layers import MtpModel
 
