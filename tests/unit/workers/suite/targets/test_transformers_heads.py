@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("transformers", reason="the transformers target needs transformers installed")  # CI installs it
 
 from workers.suite.cases import select
-from workers.suite.results import Verdict
+from workers.suite.results import Failure, Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.targets import resolve
 from workers.suite.targets.transformers import TransformersAdapter
@@ -69,7 +69,8 @@ def test_mtp_and_dflash_cases_pass_on_the_installed_release(target):
 
 
 def _mtp_raw_logits_as_q(monkeypatch):
-    """The MTP head samples its draft from processed logits but reports the raw logits as q."""
+    """The MTP head samples its draft from processed logits but reports the raw logits as q: what 5.14.0-5.15.0
+    shipped (docs/findings.md, "Multi-token prediction samples its drafts from processed scores ...")."""
     from transformers.generation.candidate_generator import MTPCandidateGenerator
     from transformers.modeling_layers import MtpModel
 
@@ -154,3 +155,38 @@ def test_finding_gemma4_assistant_drafts_greedily_but_reports_softmax_q(target, 
     )
     fixed = _run(target, [case]).results[0]
     assert fixed.verdict == Verdict.PASS, fixed.reason
+
+
+# Finding, transformers 5.14.0-5.14.1 ("Inkling raises on a prompt shorter than its convolution kernel"):
+# InklingShortConvolution.forward drops the left context that the cache's update_conv_state adds only when the
+# layer had a previous state; at a prefill shorter than the kernel (4 tokens) update_conv_state left-pads to the
+# kernel, the padding stays, and adding the residual raises. Plain greedy generation, the reference of
+# e2e/greedy/mtp, is where the suite sees it (failure "raised"). 5.15.0 drops the context whenever there is a
+# cache; the mutant puts 5.14's condition back into the installed release (its forward, dedented by one level).
+_DROP_WITH_CACHE = "        if cache is not None:\n            hidden_states = hidden_states[:, :, -seq_len:]"
+_DROP_AFTER_PREVIOUS_STATE = "        if conv_state is not None:\n            hidden_states = hidden_states[:, :, -seq_len:]"
+
+
+def _inkling_convolution_of_5_14():
+    from transformers.models.inkling import modeling_inkling
+
+    source = textwrap.dedent(inspect.getsource(modeling_inkling.InklingShortConvolution.forward))
+    assert source.count(_DROP_WITH_CACHE) == 1
+    namespace: dict[str, object] = {}
+    mutated = source.replace(_DROP_WITH_CACHE, _DROP_AFTER_PREVIOUS_STATE)
+    exec(compile(mutated, "<5.14 condition>", "exec"), vars(modeling_inkling), namespace)
+    return namespace["forward"]
+
+
+@pytest.mark.slow
+def test_finding_inkling_raises_on_a_prompt_shorter_than_its_convolution_kernel(target, monkeypatch):
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the mutant is written against the release CI installs (5.24.0)")
+    from transformers.models.inkling import modeling_inkling
+
+    assert _run(target, ["e2e/greedy/mtp"]).results[0].verdict == Verdict.PASS
+    monkeypatch.setattr(modeling_inkling.InklingShortConvolution, "forward", _inkling_convolution_of_5_14())
+    result = _run(target, ["e2e/greedy/mtp"]).results[0]
+    assert result.verdict == Verdict.FAIL, result.reason
+    assert result.failure == Failure.RAISED
+    assert "The size of tensor a (4) must match the size of tensor b" in (result.reason or "")

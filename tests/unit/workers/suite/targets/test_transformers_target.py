@@ -237,6 +237,81 @@ def test_finding_edge_checks_on_the_installed_release(target):
     assert {r.verdict for case, r in verdicts.items() if case not in failed | {crashed.case_id}} == {Verdict.PASS}
 
 
+# Finding, transformers 4.40-5.13 ("Prompt-lookup generation returns more tokens than max_new_tokens"):
+# PromptLookupCandidateGenerator caps the end of its candidates at max_length as an index into the prompt
+# (`min(end_idx, input_length, self.max_length)`), not their number at the room left, so with 2 tokens to go
+# it proposes 3; _assisted_decoding then appends every accepted token plus the target's own. 5.14 crops the
+# accepted tokens to max_length in the loop (for MTP) and so hides it; the generator's cap is unchanged in
+# 5.24.0. The patch caps the number of candidates at max_length - 1 - input_length.
+_LOOKUP_CAP = "end_idx = min(end_idx, input_length, self.max_length)"
+_LOOKUP_CAP_FIXED = "end_idx = min(end_idx, input_length, start_idx + self.max_length - 1 - input_length)"
+
+
+def _prompt_lookup_generator(**kwargs):
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    return PromptLookupCandidateGenerator(eos_token_id=torch.tensor([99]), num_output_tokens=3, max_length=12, **kwargs)
+
+
+def _capped_prompt_lookup_get_candidates():
+    import inspect
+    import textwrap
+
+    from transformers.generation import candidate_generator
+
+    source = textwrap.dedent(inspect.getsource(candidate_generator.PromptLookupCandidateGenerator.get_candidates))
+    assert source.count(_LOOKUP_CAP) == 1
+    namespace: dict[str, object] = {}
+    exec(compile(source.replace(_LOOKUP_CAP, _LOOKUP_CAP_FIXED), "<one-line patch>", "exec"), vars(candidate_generator), namespace)
+    return namespace["get_candidates"]
+
+
+def _without_the_loop_length_crop(monkeypatch):
+    """5.24.0 as 4.40-5.13 were: _assisted_decoding keeps every accepted token. Its crop (added in 5.14) reads
+    generation_config.max_length, which is put out of reach once the candidate generator (it keeps its own
+    max_length) and the stopping criteria are built."""
+    from transformers.generation.utils import GenerationMixin
+
+    build = GenerationMixin._get_candidate_generator
+
+    def patched(self, *args, **kwargs):
+        generator = build(self, *args, **kwargs)
+        (kwargs["generation_config"] if "generation_config" in kwargs else args[0]).max_length = 1 << 20
+        return generator
+
+    monkeypatch.setattr(GenerationMixin, "_get_candidate_generator", patched)
+
+
+def test_finding_prompt_lookup_proposes_more_candidates_than_max_length_leaves_room_for(monkeypatch):
+    import transformers
+    from transformers.generation import candidate_generator
+
+    if transformers.__version__ != "5.24.0":
+        pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
+
+    ids = torch.tensor([[0, 2, 3, 0, 4, 0, 4, 0, 4, 0]])  # 10 tokens of 12: room for 1 candidate and the target's token
+    candidates, _ = _prompt_lookup_generator().get_candidates(ids)
+    assert candidates[0, 10:].tolist() == [4, 0, 4]  # expected failure: 3 candidates, 13 tokens if all are accepted
+    monkeypatch.setattr(candidate_generator.PromptLookupCandidateGenerator, "get_candidates", _capped_prompt_lookup_get_candidates())
+    candidates, _ = _prompt_lookup_generator().get_candidates(ids)
+    assert candidates[0, 10:].tolist() == [4]
+
+
+@pytest.mark.slow
+def test_finding_prompt_lookup_overshoots_max_new_tokens_without_the_loop_crop(target, monkeypatch):
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the mutant is written against the release CI installs (5.24.0)")
+    from transformers.generation import candidate_generator
+
+    _without_the_loop_length_crop(monkeypatch)
+    result = _run(target, ["e2e/greedy/prompt_lookup"]).results[0]
+    assert result.verdict == Verdict.FAIL, result.reason  # as on 4.44.2-4.57.6, 5.5.4: one token too many
+    assert "certain lossless violation" in (result.reason or "")
+    monkeypatch.setattr(candidate_generator.PromptLookupCandidateGenerator, "get_candidates", _capped_prompt_lookup_get_candidates())
+    fixed = _run(target, ["e2e/greedy/prompt_lookup"]).results[0]
+    assert fixed.verdict == Verdict.PASS, fixed.reason
+
+
 def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built():
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
     model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
