@@ -191,6 +191,18 @@ def tested(run: dict[str, Any]) -> str:
     return " ".join(part for part in (f"{name} {version or ''}".strip(), f"({where})" if where else None) if part)
 
 
+def _in_unit_interval(value: float | None, param: typer.CallbackParam) -> float | None:
+    """Checked here, before the suite process starts (it takes seconds to import torch): ``--alpha`` in (0, 1),
+    ``--epsilon`` in (0, 1]."""
+    if value is None:
+        return None
+    top_ok = value < 1 if param.name == "alpha" else value <= 1
+    if not (value > 0 and top_ok):
+        interval = "(0, 1)" if param.name == "alpha" else "(0, 1]"
+        raise typer.BadParameter(f"{value:g} is not in {interval}")
+    return value
+
+
 def check(
     target: Annotated[
         str | None,
@@ -198,11 +210,11 @@ def check(
     ] = None,
     pip: Annotated[str | None, typer.Option(help="test this release, e.g. transformers==4.46.3 (isolated cached install)")] = None,
     source: Annotated[Path | None, typer.Option(help="test a source checkout (its src/ first on PYTHONPATH)")] = None,
-    jobs: Annotated[int, typer.Option(help="processes to run cases in (one thread each)")] = 1,
+    jobs: Annotated[int, typer.Option(min=1, help="processes to run cases in (one thread each)")] = 1,
     cases: Annotated[list[str] | None, typer.Option(help="case id glob; repeat for several")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="test every case at TV >= 0.1: fewer trials")] = False,
-    alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run")] = 1e-4,
-    epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)")] = None,
+    alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run", callback=_in_unit_interval)] = 1e-4,
+    epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)", callback=_in_unit_interval)] = None,
     seed: Annotated[int, typer.Option(help="run seed; case seeds derive from (seed, case, attempt)")] = 0,
     json_file: Annotated[Path | None, typer.Option("--json", help="write the full run result here")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,

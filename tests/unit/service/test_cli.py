@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import textwrap
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -53,6 +54,27 @@ def test_a_mutant_is_a_violation(tmp_path):
     ],
 )
 def test_usage_and_target_errors_exit_2_with_one_line(args, message):
+    result = _check(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--alpha", "2"], "--alpha"),
+        (["--alpha", "0"], "--alpha"),
+        (["--epsilon", "0"], "--epsilon"),
+        (["--epsilon", "1.5"], "--epsilon"),
+        (["--jobs", "0"], "--jobs"),
+    ],
+)
+def test_bad_numbers_exit_2_before_the_suite_starts(args, message, monkeypatch):
+    def no_suite(command):
+        raise AssertionError(f"the suite was started: {command}")
+
+    monkeypatch.setattr(sys.modules["service.cli.check"], "_stream", no_suite)
     result = _check(*args)
     assert result.exit_code == 2, result.output
     assert message in result.output
