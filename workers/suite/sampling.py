@@ -9,13 +9,21 @@ oracle of the suite's self-tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Protocol
 
+import numpy as np
 import torch
+from numpy.typing import NDArray
 
-from workers.suite.laws import ChainLaw
+from workers.suite.conditional import FLOAT32_MARGIN, MIN_REMOVED, processing_margin
+from workers.suite.laws import ChainLaw, sequence_law
+
+
+class FixtureError(ValueError):
+    """A processed fixture that would not test what it names (:meth:`Processing.fixture_law`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,38 @@ class Processing:
         after_k = Processing(temperature=self.temperature, top_k=self.top_k).probs(logits)
         after_p = self.probs(logits)
         return float(tempered[after_k == 0].sum()), float(after_k[(after_p == 0) & (after_k > 0)].sum())
+
+    def fixture_law(self, next_logits: Callable[[tuple[int, ...]], torch.Tensor], length: int, vocab: int) -> NDArray[np.float64]:
+        """The exact law of the first ``length`` tokens after this processing, from the raw next-token logits after
+        each prefix (``next_logits``), refusing a fixture that would not test it (:class:`FixtureError`).
+
+        Every row the law enumerates must be at least ``FLOAT32_MARGIN`` from a processing boundary (float noise in
+        a library's float32 processing cannot change its support), and top-k and top-p, when set, must each remove
+        at least ``MIN_REMOVED`` of its mass (top-k of the tempered law, top-p of what top-k kept): a processor that
+        cuts nothing on a row is not tested there.
+        """
+        removed: list[tuple[float, float]] = []
+
+        def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
+            logits = next_logits(prefix).double().cpu()
+            margin = processing_margin(logits.numpy(), self.temperature, self.top_k, self.top_p)
+            if margin < FLOAT32_MARGIN:
+                raise FixtureError(
+                    f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
+                    f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
+                )
+            removed.append(self.removed_mass(logits))
+            probs: NDArray[np.float64] = self.probs(logits).numpy()
+            return probs
+
+        law = sequence_law(oracle, length, vocab)
+        for index, name, active in ((0, "top-k", self.top_k is not None), (1, "top-p", self.top_p not in (None, 1.0))):
+            least = min((r[index] for r in removed), default=0.0)
+            if active and least < MIN_REMOVED:
+                raise FixtureError(
+                    f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
+                )
+        return law
 
     def describe(self) -> str:
         parts = []

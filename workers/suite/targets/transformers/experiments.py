@@ -8,7 +8,7 @@ tested against its exact conditional law (:mod:`workers.suite.conditional`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -18,7 +18,6 @@ from numpy.typing import NDArray
 
 from workers.suite.conditional import (
     FLOAT32_MARGIN,
-    MIN_REMOVED,
     PIT_BINS,
     ConditionalBatch,
     TokenOrder,
@@ -27,8 +26,7 @@ from workers.suite.conditional import (
     processing_margin,
 )
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
-from workers.suite.laws import sequence_law
-from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.sampling import FixtureError, Processing, TargetRaised
 from workers.suite.targets.transformers.bindings import AdapterError, generation_config_fields
 from workers.suite.targets.transformers.models import E2E_VOCAB, UNREACHABLE_EOS, ModelFactory, resolve_options, tiny_models
 from workers.suite.targets.transformers.observer import DraftObserver
@@ -122,33 +120,23 @@ class GenerateExperiment:
             self.options = {**speculative_settings(transformers, drafting), **self.options}
         self.coverage_design = coverage if self.speculative else None
         self.prompt = torch.tensor([tuple(prompt)], device=device)
-        self._bites: list[tuple[float, float]] = []
-        self.law = sequence_law(self._next_token(self.prompt), length, vocab)
-        _assert_processing_bites(processing, self._bites)
+        try:
+            self.law = processing.fixture_law(self._next_logits, length, vocab)
+        except FixtureError as exc:
+            raise AdapterError(str(exc)) from exc
         self._checks = (
             # Designed on the conditional check (10 observations per trial); the joint law rides along.
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0, designed=False),
             *(CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon)) for order in TokenOrder),
         )
 
-    def _next_token(self, prompt: torch.Tensor) -> Callable[[tuple[int, ...]], NDArray[np.float64]]:
-        """The processed next-token law after prompt + prefix; every row it gives must clear ``FLOAT32_MARGIN``."""
-        p = self.processing
-
-        def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
-            ids = torch.cat((prompt, torch.tensor([prefix], dtype=torch.long, device=self.device)), dim=1) if prefix else prompt
-            with torch.no_grad():
-                logits = self.target(ids).logits[0, -1].double()
-            margin = processing_margin(logits.cpu().numpy(), p.temperature, p.top_k, p.top_p)
-            if margin < FLOAT32_MARGIN:
-                raise AdapterError(
-                    f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
-                    f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
-                )
-            self._bites.append(p.removed_mass(logits))
-            return p.probs(logits).cpu().numpy()
-
-        return oracle
+    def _next_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        """Raw target logits of the next token after the prompt + ``prefix``."""
+        prefix_ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        ids = torch.cat((self.prompt, prefix_ids), dim=1) if prefix else self.prompt
+        with torch.no_grad():
+            logits: torch.Tensor = self.target(ids).logits[0, -1]
+        return logits
 
     def _conditional_logits(self, prompt: torch.Tensor, output: Sequence[int]) -> NDArray[np.float64]:
         """Raw target logits (float64) of the next token after prompt + output[:t], for t = 0..len(output)-1."""
@@ -229,17 +217,6 @@ def _generate(model: Any, prompt: torch.Tensor, mask: torch.Tensor, kwargs: dict
     except Exception as exc:
         raise TargetRaised(exc) from exc
     return out
-
-
-def _assert_processing_bites(processing: Processing, removed: Sequence[tuple[float, float]]) -> None:
-    """A processed fixture whose top-k or top-p removes less than :data:`MIN_REMOVED` on some enumerated row
-    does not test that processor there: refuse it when the case is built."""
-    for index, name, active in ((0, "top-k", processing.top_k is not None), (1, "top-p", processing.top_p not in (None, 1.0))):
-        least = min((r[index] for r in removed), default=0.0)
-        if active and least < MIN_REMOVED:
-            raise AdapterError(
-                f"{name} removes only {least:.3g} of the mass on some enumerated row (< {MIN_REMOVED}): choose another fixture"
-            )
 
 
 class GreedyEquivalenceExperiment:

@@ -33,10 +33,9 @@ import torch
 from numpy.typing import NDArray
 
 from workers.suite.cases import Case
-from workers.suite.conditional import FLOAT32_MARGIN, MIN_REMOVED, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
+from workers.suite.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
 from workers.suite.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
-from workers.suite.laws import sequence_law
-from workers.suite.sampling import Processing, TargetRaised
+from workers.suite.sampling import FixtureError, Processing, TargetRaised
 from workers.suite.targets.vllm.acceptance import (
     ACCEPTANCE_CHECK,
     Drafting,
@@ -71,35 +70,14 @@ PROCESSING_ON = Processing(temperature=0.8, top_k=6, top_p=0.85)
 
 
 def processed_law(processing: Processing, prompt: Sequence[int], length: int) -> NDArray[np.float64]:
-    """The exact law of the first ``length`` tokens after ``processing``, refusing a fixture that does not test it.
-
-    Every row the law enumerates (each reachable prefix) must be at least ``FLOAT32_MARGIN`` from a processing
-    boundary (float noise in vLLM's float32 processing cannot change its support), and top-k and top-p, when
-    set, must each remove at least ``MIN_REMOVED`` of its mass (top-k of the tempered law, top-p of what top-k
-    kept): a processor that cuts nothing on a row is not tested there. Raises :class:`EngineError`.
+    """The exact law of the first ``length`` tokens after ``processing``, refusing a fixture that does not test it
+    (:meth:`Processing.fixture_law`: rows within float noise of a boundary, a processor that cuts nothing on some
+    reachable row). Raises :class:`EngineError`.
     """
-    p = processing
-    removed: list[tuple[float, float]] = []
-
-    def oracle(prefix: tuple[int, ...]) -> NDArray[np.float64]:
-        logits = next_token_logits(tiny_models(), prompt, prefix)
-        margin = processing_margin(logits.numpy(), p.temperature, p.top_k, p.top_p)
-        if margin < FLOAT32_MARGIN:
-            raise EngineError(
-                f"prefix {prefix}: the processing boundary (top-k gap or top-p cut) is {margin:.2g} from a token, below "
-                f"{FLOAT32_MARGIN:g}: float noise could change the support; choose another fixture"
-            )
-        removed.append(p.removed_mass(logits))
-        return p.probs(logits).numpy()
-
-    law = sequence_law(oracle, length, E2E_VOCAB)
-    for index, name, active in ((0, "top-k", p.top_k is not None), (1, "top-p", p.top_p not in (None, 1.0))):
-        least = min(r[index] for r in removed)
-        if active and least < MIN_REMOVED:
-            raise EngineError(
-                f"{name} removes only {least:.3g} of the mass on some reachable row (< {MIN_REMOVED}): choose another fixture"
-            )
-    return law
+    try:
+        return processing.fixture_law(lambda prefix: next_token_logits(tiny_models(), prompt, prefix), length, E2E_VOCAB)
+    except FixtureError as exc:
+        raise EngineError(str(exc)) from exc
 
 
 def _coverage_design(engine_name: str) -> CoverageDesign | None:

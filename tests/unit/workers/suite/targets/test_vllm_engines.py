@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from workers.suite.conditional import MIN_REMOVED
 from workers.suite.laws import sequence_law
 from workers.suite.sampling import Processing
-from workers.suite.targets.vllm.e2e import MIN_REMOVED, PROCESSING_ON, PROMPT, processed_law
+from workers.suite.targets.vllm.e2e import PROCESSING_ON, PROMPT, processed_law
 from workers.suite.targets.vllm.engines import E2E_VOCAB, EngineError, conditional_logits, next_token_logits, target_oracle, tiny_models
 
 
