@@ -206,14 +206,12 @@ def run_case(
     timed_out = False
     try:
         state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
-        planned, topped_up = cap, False
+        planned = cap
         while not state.done():
+            if state.trials >= cap == planned:  # once, at the planned cap
+                cap += top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned)
             if state.trials >= cap:
-                if topped_up or timed_out:
-                    break
-                cap, topped_up = cap + top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned), True
-                if state.trials >= cap:
-                    break
+                break
             n = min(batch, cap - state.trials)
             state.add(experiment.run(n, generator), n)
             if progress is not None:
