@@ -147,12 +147,17 @@ def alert_state(database_url: str, alert_id: int) -> AlertState:
 
 
 def _click_and_wait(browser: Any, element: Any) -> None:
-    """Click a form's button and wait until its page is replaced (a click does not wait for the navigation)."""
+    """Click a form's button and wait until its page is replaced (a click does not wait for the navigation).
+
+    While the old page is being torn down, Chromium may answer a poll with "Node with given id does not belong to
+    the document" (a plain WebDriverException, not a stale-element one): that poll is retried, and the next one
+    sees the element stale. A page that is never replaced still times out."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     element.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(element))
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(expected_conditions.staleness_of(element))
 
 
 def test_sign_in_and_acknowledge_an_alert_in_a_browser(served: str, seeded_url: tuple[str, Seeded], browser: Any) -> None:
