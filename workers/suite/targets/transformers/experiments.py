@@ -83,6 +83,9 @@ class GenerateExperiment:
       within float noise of a token are left out (decided from the prefix only, which keeps validity).
 
     Speculative paths also record their coverage (:class:`DraftObserver`) against ``coverage_design``.
+
+    The end-of-sequence id is out of reach, so plain ``generate()`` returns exactly ``horizon`` tokens: an output of
+    another length (prompt lookup's one token too many on 4.40-5.13) is a certain lossless violation, never cropped.
     """
 
     #: Fingerprint probe: one generate() call per trial.
@@ -185,9 +188,9 @@ class GenerateExperiment:
                     out = _generate(self.target, prompt, mask, kwargs)
                 observer.call_done()
                 new = out[0, prompt.shape[1] :].tolist()
-                if len(new) < self.horizon or any(not 0 <= t < self.vocab for t in new[: self.horizon]):
-                    return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
-                outputs.append(new[: self.horizon])
+                if len(new) != self.horizon or any(not 0 <= t < self.vocab for t in new):
+                    return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens"),), 0, b"")
+                outputs.append(new)
         for i, new in enumerate(outputs):
             counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
             batch = self._conditional(new, pit_w[i])

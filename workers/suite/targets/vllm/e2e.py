@@ -107,7 +107,8 @@ class GenerateExperiment:
     """Trials of ``LLM.generate`` (one request per trial, all trials of a batch in one call) of ``horizon``
     tokens. Checks: ``lossless/first{length}``, the joint law of the first ``length`` tokens (cell = base-V
     number of the tokens; it sizes the run), and ``lossless/pit_id`` / ``lossless/pit_prob``, every token of
-    the horizon against its exact conditional law (module docstring)."""
+    the horizon against its exact conditional law (module docstring). With ``ignore_eos`` a request returns
+    exactly ``max_tokens`` tokens: any other length is a certain lossless violation, never cropped."""
 
     probe_trials = 64
 
@@ -168,9 +169,9 @@ class GenerateExperiment:
         steps: list[tuple[Step, ...]] = []
         for out in outputs:
             new = list(out.outputs[0].token_ids)
-            if len(new) < self.horizon or any(not 0 <= t < E2E_VOCAB for t in new[: self.horizon]):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {self.horizon} new tokens"),), 0, b"")
-            generated.append(new[: self.horizon])
+            if len(new) != self.horizon or any(not 0 <= t < E2E_VOCAB for t in new):
+                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens"),), 0, b"")
+            generated.append(new)
             steps.append(verification_steps(out.outputs[0]) or ())
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
         rows, keep = self._target_rows(generated)

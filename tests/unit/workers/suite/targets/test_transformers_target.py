@@ -312,6 +312,23 @@ def test_finding_prompt_lookup_overshoots_max_new_tokens_without_the_loop_crop(t
     assert fixed.verdict == Verdict.PASS, fixed.reason
 
 
+@pytest.mark.slow
+def test_finding_prompt_lookup_overshoot_fails_the_sampling_case_too(target, monkeypatch):
+    """``do_sample=True`` returns the extra token as well: the sampling case sees an output longer than its
+    horizon as a certain violation (it used to crop it), and passes with the one-line patch."""
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the mutant is written against the release CI installs (5.24.0)")
+    from transformers.generation import candidate_generator
+
+    _without_the_loop_length_crop(monkeypatch)
+    result = _run(target, ["e2e/prompt_lookup/plain"]).results[0]
+    assert result.verdict == Verdict.FAIL, result.reason
+    assert "certain lossless violation: generate returned 11 tokens" in (result.reason or ""), result.reason
+    monkeypatch.setattr(candidate_generator.PromptLookupCandidateGenerator, "get_candidates", _capped_prompt_lookup_get_candidates())
+    fixed = _run(target, ["e2e/prompt_lookup/plain"]).results[0]
+    assert fixed.verdict == Verdict.PASS, fixed.reason
+
+
 def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built():
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
     model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
