@@ -263,7 +263,7 @@ def check(
         errored = [r for r in results if r["verdict"] == "error"]
         if errored and not error:
             message = f"{errored[0]['case_id']}: {errored[0]['reason'].splitlines()[0]}"
-        console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}")
+        console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}", highlight=False, soft_wrap=True)
         raise typer.Exit(USAGE)
     what = f" — tested {tested(run)}" if run else ""
     if code == VIOLATION:

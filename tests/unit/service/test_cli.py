@@ -46,7 +46,7 @@ def test_a_mutant_is_a_violation(tmp_path):
     ("args", "message"),
     [
         (["--target", "mutant:nope"], "unknown mutant"),
-        (["--target", "nonsense"], "module:function"),
+        (["--target", "nonsense"], "'transformers', 'transformers+mutant:NAME', 'vllm'"),
         (["--target", "no_such_module_xyz:f"], "cannot import"),
         (["--cases", "nothing/*"], "no case matches"),
         (["--device", "cuda"], "CUDA is not available"),

@@ -61,7 +61,10 @@ def _vllm(spec: str) -> Target:
 def _user_function(spec: str) -> Target:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise TargetError(f"target must be 'reference', 'mutant:NAME' or 'module:function', got {spec!r}")
+        raise TargetError(
+            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm' or "
+            f"'module:function', got {spec!r}"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
