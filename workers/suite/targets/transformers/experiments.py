@@ -189,7 +189,8 @@ class GenerateExperiment:
                 observer.call_done()
                 new = out[0, prompt.shape[1] :].tolist()
                 if len(new) != self.horizon or any(not 0 <= t < self.vocab for t in new):
-                    return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens"),), 0, b"")
+                    wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
+                    return Observation({}, (wrong,), 0, b"")
                 outputs.append(new)
         for i, new in enumerate(outputs):
             counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1

@@ -170,7 +170,8 @@ class GenerateExperiment:
         for out in outputs:
             new = list(out.outputs[0].token_ids)
             if len(new) != self.horizon or any(not 0 <= t < E2E_VOCAB for t in new):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens"),), 0, b"")
+                wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
+                return Observation({}, (wrong,), 0, b"")
             generated.append(new)
             steps.append(verification_steps(out.outputs[0]) or ())
             counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
