@@ -13,7 +13,7 @@ from service.releases import release_sha
 from tests.support.http_fakes import block_kit_problems
 from workers.notify import NotifyConfig, queue_alert_message
 
-KNOWN_CASE, NEW_CASE = "e2e/different_tokenizers/processed", "e2e/prompt_lookup/processed"
+KNOWN_CASE, NEW_CASE = "e2e/different_tokenizers/processed", "e2e/assistant_model/V256"
 TITLE = "Universal assisted generation reports a permuted q"
 DASHBOARD = "https://specwatch.example.org"
 FINDING_URL = f"{DASHBOARD}/ui/targets/transformers/findings#finding-universal-assisted-generation-permuted-q"
