@@ -137,6 +137,7 @@ def test_a_fault_of_the_suite_itself_is_still_an_error():
     class Broken:
         checks = ()
         expected_acceptance = None
+        accepted_per_trial_max = None
         fixed_trials = 4
 
         def run(self, n, generator):
@@ -152,6 +153,7 @@ class _LawExperiment:
     """An experiment whose one check has the given null law (observations always in cell 0)."""
 
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
 
     def __init__(self, law):
@@ -246,6 +248,7 @@ class _HorizonExperiment:
     under a uniform null: a correct sampler)."""
 
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
     min_trials = 16  # like generate() experiments: the design, not a first batch, sizes the run
 
