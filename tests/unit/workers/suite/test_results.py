@@ -29,6 +29,7 @@ def test_a_run_result_reads_back_as_the_frozen_dataclasses_it_was(result: RunRes
     assert read.verdict is Verdict.FAIL
     assert isinstance(read.results[0], CaseResult)
     assert read.results[0].checks == result.results[0].checks
+    assert read.results[0].acceptance.per_trial_max == 1  # a chain step of gamma 1
 
 
 def test_a_schema_2_result_reads_without_the_per_trial_bound_of_acceptance(result: RunResult) -> None:
