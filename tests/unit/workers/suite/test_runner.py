@@ -97,7 +97,8 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 2
+    assert payload["schema"] == 3
+    assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
     for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
         assert key in case
