@@ -36,6 +36,7 @@ class _FirstTokensOnly:
 
     probe_trials = 48
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
 
     def __init__(self, inner: Any) -> None:

@@ -322,6 +322,9 @@ class CaseResult(Base):
     tv_high: Mapped[float | None] = mapped_column(Double)
     acceptance_observed: Mapped[float | None] = mapped_column(Double)
     acceptance_expected: Mapped[float | None] = mapped_column(Double)
+    # Every trial's accepted drafts lie in [0, acceptance_per_trial_max] (NULL: not reported, rows older than
+    # the suite's result schema 3, or a case that measures no acceptance).
+    acceptance_per_trial_max: Mapped[int | None] = mapped_column(Integer)
     counts_digest: Mapped[str | None] = mapped_column(String(128))
     fingerprint: Mapped[str | None] = mapped_column(String(128))
     duration_s: Mapped[float | None] = mapped_column(Double)

@@ -30,6 +30,7 @@ from slack_sdk.webhook import WebhookClient
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.alert_text import drift_text
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.findings import is_web_link
@@ -115,8 +116,9 @@ def _case_line(entry: dict[str, Any], known: str | None = None) -> str:
         f"TV estimate {_fmt(entry.get('tv_estimate'), '.4f')} (descriptive), acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
         f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
     )
-    if entry.get("reason") == "drift":
-        line += f", baseline {_fmt(entry.get('baseline_mean'), '.3f')}"
+    drift = drift_text(entry)
+    if drift is not None:
+        line += f"; drift: {drift}"
     return line
 
 

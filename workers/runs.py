@@ -268,6 +268,7 @@ def case_result_row(run_id: int, case: suite.CaseResult) -> CaseResult:
         tv_high=_float(tv_high),
         acceptance_observed=_float(case.acceptance.observed),
         acceptance_expected=_float(case.acceptance.expected),
+        acceptance_per_trial_max=case.acceptance.per_trial_max,
         counts_digest=case.counts_digest,
         fingerprint=case.fingerprint,
         duration_s=_float(case.duration_s),

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
+from service.alert_text import drift_text
 from service.cli.database import reading
 from service.cli.exits import USAGE
 from service.cli.output import console, fail, out, print_json
@@ -21,6 +23,12 @@ from service.models import AlertKind, AlertState
 from service.queries import AlertRow, AlertStateError, list_alerts, set_alert_state
 
 alerts_app = typer.Typer(help="List, acknowledge and resolve alerts.", invoke_without_command=True)
+
+
+def _case_text(entry: dict[str, Any]) -> str:
+    """A case of an alert: its id, and for a drift the figures and the per-trial range the test used."""
+    drift = drift_text(entry)
+    return escape(str(entry.get("case_id")) if drift is None else f"{entry.get('case_id')} (drift: {drift})")
 
 
 def _alert_table(alerts: list[AlertRow]) -> Table:
@@ -35,7 +43,7 @@ def _alert_table(alerts: list[AlertRow]) -> Table:
             f"[{colour}]{a.state.value}[/]",
             a.first_bad_sha[:12],
             (a.last_good_sha or "-")[:12],
-            ", ".join(str(c.get("case_id")) for c in a.cases),
+            "\n".join(_case_text(c) for c in a.cases),
             a.created_at.isoformat(timespec="minutes") if a.created_at else "-",
         )
     return table

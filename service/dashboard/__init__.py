@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
+from service.alert_text import drift_text
 from service.dashboard.charts import Axis, Chart, Rule, Series, percent, render
 from service.dashboard.session import DashboardRead, viewer
 from service.deps import DbId, SessionDep, app_settings
@@ -52,6 +53,7 @@ def short_sha(sha: str) -> str:
 
 
 TEMPLATES.env.filters["short"] = short_sha
+TEMPLATES.env.filters["drift_text"] = drift_text
 
 DASHBOARD_PATH = "/ui"
 

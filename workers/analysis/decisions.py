@@ -86,7 +86,7 @@ def confirmation(first: CaseEvidence, again: CaseEvidence, layer: str) -> str | 
 
 @dataclass(frozen=True)
 class AcceptanceSample:
-    """Mean accepted drafts per trial over ``trials`` trials, each in [0, gamma]."""
+    """Mean accepted drafts per trial over ``trials`` trials, each in [0, gamma] (gamma: the per-trial range B)."""
 
     mean: float
     trials: int
@@ -104,8 +104,9 @@ def acceptance_drift(current: AcceptanceSample, baseline: Sequence[AcceptanceSam
     """Is the current commit's mean acceptance different from the recent passing baseline?
 
     Two-sided, calibrated by Hoeffding's inequality for bounded variables (each trial's accepted
-    count lies in [0, gamma]): under "same mean", P(|mean_c - mean_b| >= r) <= alpha with
-    r = gamma * sqrt(ln(4 / alpha) / 2) * sqrt(1/n_c + 1/n_b) (a union of the two one-sample bounds).
+    count lies in [0, B], B = ``gamma``: a chain step's drafts, or an end-to-end trial's per-trial maximum):
+    under "same mean", P(|mean_c - mean_b| >= r) <= alpha with
+    r = B * sqrt(ln(4 / alpha) / 2) * sqrt(1/n_c + 1/n_b) (a union of the two one-sample bounds).
     Valid for any trial count, no asymptotics; conservative. None when there is no baseline.
     """
     pool = [b for b in baseline if b.trials > 0 and b.gamma == current.gamma]
@@ -209,7 +210,8 @@ _GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")
 def case_gamma(case_id: str) -> int | None:
     """The number of drafts of a case from its id (``direct/far_apart/V8/g3`` → 3); None when it has none.
 
-    The acceptance drift bound needs the range [0, gamma] of a trial's accepted count.
+    The acceptance drift bound needs the range [0, gamma] of a trial's accepted count; the suite reports it
+    (``acceptance.per_trial_max``), and the id is read only for rows stored before it did.
     """
     match = _GAMMA.search(case_id)
     return int(match.group(1)) if match else None

@@ -217,6 +217,7 @@ def case_result(
         acceptance=Acceptance(
             observed=state.accepted_total / state.trials if state.trials else None,
             expected=expected,
+            per_trial_max=experiment.accepted_per_trial_max,
         ),
         counts_digest=digest.hexdigest()[:16],
         fingerprint=state.fingerprint,

@@ -137,6 +137,11 @@ class Experiment(Protocol):
     def expected_acceptance(self) -> float | None: ...
 
     @property
+    def accepted_per_trial_max(self) -> int | None:
+        """B such that every trial's accepted count lies in [0, B] whatever the sampler does within the
+        experiment's design (what the acceptance drift bound needs); None: the experiment measures no acceptance."""
+
+    @property
     def fixed_trials(self) -> int | None:
         """A fixed number of trials (deterministic checks), or None to let the planner size the cap."""
 
@@ -196,6 +201,11 @@ class ChainExperiment:
     @property
     def expected_acceptance(self) -> float:
         return self._law.expected_accepted
+
+    @property
+    def accepted_per_trial_max(self) -> int:
+        """gamma: a step accepts at most its drafts (a larger ``n_accepted`` is a certain violation)."""
+        return self.step.gamma
 
     @property
     def fixed_trials(self) -> None:
@@ -371,6 +381,11 @@ class EdgeExperiment:
 
     @property
     def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def accepted_per_trial_max(self) -> None:
+        """Every uniform is fixed: one path repeated, not a sample of the acceptance rate."""
         return None
 
     @property

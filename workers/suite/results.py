@@ -11,8 +11,11 @@ from typing import Any
 #: (``stopped_log_e_value``), ``reach`` and ``designed``; cases carry ``failure``, ``headline``,
 #: ``certain`` and the headline's current e-value; a passing case headlines its widest designed TV
 #: interval (it was the largest running maximum over all checks); a target that raises on a valid input
-#: is a failing case (``failure: raised``), no longer an error.
-RESULT_SCHEMA = 2
+#: is a failing case (``failure: raised``), no longer an error. 3: ``acceptance.per_trial_max``, the range
+#: [0, per_trial_max] of one trial's accepted drafts (None: the case does not measure acceptance).
+RESULT_SCHEMA = 3
+#: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None).
+READABLE_SCHEMAS = (2, RESULT_SCHEMA)
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
 
@@ -66,8 +69,15 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Acceptance:
+    """Accepted drafts per trial: observed, expected under the exact law, and the most one trial can accept.
+
+    ``per_trial_max`` is the bound B with every trial's accepted count in [0, B] (gamma for a chain step; for
+    an end-to-end trial the bound its horizon implies); the drift test's Hoeffding radius scales with it.
+    """
+
     observed: float | None
     expected: float | None
+    per_trial_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +171,7 @@ class RunResult:
     def from_json(cls, data: Any) -> RunResult:
         """The run result that :meth:`to_dict` wrote (parsed JSON), as frozen dataclasses.
 
-        Reads :data:`RESULT_SCHEMA` only: another ``schema`` (a suite older or newer than this reader), a missing
+        Reads :data:`READABLE_SCHEMAS` only: another ``schema`` (a suite older or newer than this reader), a missing
         or unknown field, or a value of the wrong kind raises :class:`ResultSchemaError` saying which.
         """
         run = _fields(cls, data, "run result")
@@ -185,8 +195,9 @@ def _fields(cls: type[Any], data: Any, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ResultSchemaError(f"{what}: expected an object, got {type(data).__name__}")
     names = {f.name for f in fields(cls)}
-    if "schema" in names and data.get("schema") != RESULT_SCHEMA:
-        raise ResultSchemaError(f"{what}: schema {data.get('schema')!r}, this reader reads schema {RESULT_SCHEMA}")
+    if "schema" in names and data.get("schema") not in READABLE_SCHEMAS:
+        readable = " and ".join(str(s) for s in READABLE_SCHEMAS)
+        raise ResultSchemaError(f"{what}: schema {data.get('schema')!r}, this reader reads schemas {readable}")
     unknown = sorted(set(data) - names)
     if unknown:
         raise ResultSchemaError(f"{what}: unknown fields {', '.join(unknown)}")

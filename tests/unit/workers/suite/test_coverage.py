@@ -43,6 +43,7 @@ class _Uniform:
 
     probe_trials = 4
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
 
     def __init__(self, coverage: Coverage) -> None:

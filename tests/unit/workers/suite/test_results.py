@@ -29,12 +29,25 @@ def test_a_run_result_reads_back_as_the_frozen_dataclasses_it_was(result: RunRes
     assert read.verdict is Verdict.FAIL
     assert isinstance(read.results[0], CaseResult)
     assert read.results[0].checks == result.results[0].checks
+    assert read.results[0].acceptance.per_trial_max == 1  # a chain step of gamma 1
+
+
+def test_a_schema_2_result_reads_without_the_per_trial_bound_of_acceptance(result: RunResult) -> None:
+    """Schema 2 had no ``acceptance.per_trial_max``: such a result still reads, the bound unknown (None)."""
+    payload = _payload(result)
+    payload["schema"] = 2
+    for case in payload["results"]:
+        case["schema"] = 2
+        case["acceptance"].pop("per_trial_max")
+    read = RunResult.from_json(payload)
+    assert [c.acceptance.per_trial_max for c in read.results] == [None] * len(read.results)
+    assert read.results[0].acceptance.observed == result.results[0].acceptance.observed
 
 
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        (lambda p: p.update(schema=RESULT_SCHEMA - 1), f"run result: schema {RESULT_SCHEMA - 1}, this reader reads schema {RESULT_SCHEMA}"),
+        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2 and {RESULT_SCHEMA}"),
         (lambda p: p["results"][0].update(schema=RESULT_SCHEMA + 1), "case 'direct/far_apart/V8/g1': schema"),
         (lambda p: p.pop("schema"), "run result: schema None"),
         (lambda p: p.update(verdict="maybe"), "run result: ValueError: 'maybe' is not a valid Verdict"),

@@ -97,7 +97,8 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 2
+    assert payload["schema"] == 3
+    assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
     for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
         assert key in case
@@ -137,6 +138,7 @@ def test_a_fault_of_the_suite_itself_is_still_an_error():
     class Broken:
         checks = ()
         expected_acceptance = None
+        accepted_per_trial_max = None
         fixed_trials = 4
 
         def run(self, n, generator):
@@ -152,6 +154,7 @@ class _LawExperiment:
     """An experiment whose one check has the given null law (observations always in cell 0)."""
 
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
 
     def __init__(self, law):
@@ -246,6 +249,7 @@ class _HorizonExperiment:
     under a uniform null: a correct sampler)."""
 
     expected_acceptance = None
+    accepted_per_trial_max = None
     fixed_trials = None
     min_trials = 16  # like generate() experiments: the design, not a first batch, sizes the run
 

@@ -69,6 +69,28 @@ def _processing_kwargs(processing: Processing) -> dict[str, Any]:
     }
 
 
+def accepted_per_call_max(horizon: int) -> int:
+    """The most drafts one ``generate()`` call of ``horizon`` new tokens accepts: ``horizon - 1``.
+
+    Every verification round appends the drafts it accepted and then one token of the target's own (the
+    correction, or the bonus after a full acceptance); the library reports ``num_matches`` = tokens appended - 1
+    (4.37-4.39 cap the matches at ``max_length - cur_len - 1``; later candidate generators draft at most that
+    many, and 5.x crops a round that would pass ``max_length``). A call appends exactly ``horizon`` tokens (its
+    EOS is unreachable) in R >= 1 rounds, so it accepts horizon - R <= horizon - 1 drafts.
+    """
+    return horizon - 1
+
+
+def accepted_in_call(reported: int, horizon: int) -> int:
+    """A call's accepted drafts as a trial counts them: the library's report, at most :func:`accepted_per_call_max`.
+
+    A report above the bound counts drafts that are not among the call's ``horizon`` tokens (a release that
+    verified past ``max_length``); they are not emitted, so they are not counted, and the bound holds by
+    construction.
+    """
+    return min(reported, accepted_per_call_max(horizon))
+
+
 class GenerateExperiment:
     """Trials of ``generate(do_sample=True)`` over a long horizon, against exact laws.
 
@@ -82,7 +104,8 @@ class GenerateExperiment:
       under two token orders (:mod:`workers.suite.conditional`). Rows whose processing boundary lies
       within float noise of a token are left out (decided from the prefix only, which keeps validity).
 
-    Speculative paths also record their coverage (:class:`DraftObserver`) against ``coverage_design``.
+    Speculative paths also record their coverage (:class:`DraftObserver`) against ``coverage_design``, and
+    their accepted drafts per trial (:func:`accepted_in_call`).
 
     The end-of-sequence id is out of reach, so plain ``generate()`` returns exactly ``horizon`` tokens: an output of
     another length (prompt lookup's one token too many on 4.40-5.13) is a certain lossless violation, never cropped.
@@ -158,6 +181,11 @@ class GenerateExperiment:
         return None
 
     @property
+    def accepted_per_trial_max(self) -> int | None:
+        """Speculative paths: :func:`accepted_per_call_max` of the horizon; plain sampling drafts nothing (None)."""
+        return accepted_per_call_max(self.horizon) if self.speculative else None
+
+    @property
     def fixed_trials(self) -> None:
         return None
 
@@ -202,7 +230,7 @@ class GenerateExperiment:
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
         sample = counts.tobytes() if n >= 1 else b""
         coverage = observer.coverage() if self.speculative else None
-        accepted = sum(k * v for k, v in coverage.accepted.items()) if coverage else 0  # drafts accepted in the batch
+        accepted = sum(accepted_in_call(a, self.horizon) for a in observer.call_accepted) if self.speculative else 0
         return Observation(found, tuple(violations), accepted, sample, coverage)
 
     def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
@@ -259,6 +287,11 @@ class GreedyEquivalenceExperiment:
         return None
 
     @property
+    def accepted_per_trial_max(self) -> int:
+        """A trial is one assisted call of :data:`E2E_HORIZON` new tokens: :func:`accepted_per_call_max`."""
+        return accepted_per_call_max(E2E_HORIZON)
+
+    @property
     def fixed_trials(self) -> int:
         return self.prompts
 
@@ -283,5 +316,5 @@ class GreedyEquivalenceExperiment:
                 )
                 break
         coverage = observer.coverage()
-        accepted = sum(k * v for k, v in coverage.accepted.items())  # drafts accepted in the batch's assisted calls
+        accepted = sum(accepted_in_call(a, E2E_HORIZON) for a in observer.call_accepted)  # drafts accepted in the assisted calls
         return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)

@@ -18,8 +18,9 @@ class DraftObserver:
     ``transformers.generation.candidate_generator`` that defines them are replaced by wrappers that call
     the original with the same arguments, return its result unchanged and record: drafts per
     verification (candidate length returned), accepted drafts (``num_matches`` the library reports after
-    the round) and verification rounds per ``generate()`` call. A nested call (a subclass's
-    ``super().get_candidates``) is counted once. Process-wide: the suite runs one case at a time per process.
+    the round), verification rounds per ``generate()`` call and accepted drafts per call (``call_accepted``,
+    in call order). A nested call (a subclass's ``super().get_candidates``) is counted once. Process-wide: the
+    suite runs one case at a time per process.
     """
 
     _METHODS = ("get_candidates", "update_candidate_strategy")
@@ -33,6 +34,8 @@ class DraftObserver:
         self._depth = 0
         self._pending: int | None = None
         self._rounds_this_call = 0
+        self._accepted_this_call = 0
+        self.call_accepted: list[int] = []
 
     def _got_candidates(self, drafts: int) -> None:
         self._pending = drafts
@@ -41,6 +44,7 @@ class DraftObserver:
 
     def _verified(self, accepted: int) -> None:
         self.accepted[accepted] = self.accepted.get(accepted, 0) + 1
+        self._accepted_this_call += accepted
         drafts = self._pending if self._pending is not None else 0
         if drafts >= 2 and accepted >= drafts:
             self.full += 1
@@ -51,7 +55,9 @@ class DraftObserver:
     def call_done(self) -> None:
         """Close one generate() call: its number of verification rounds goes into the histogram."""
         self.rounds[self._rounds_this_call] = self.rounds.get(self._rounds_this_call, 0) + 1
+        self.call_accepted.append(self._accepted_this_call)
         self._rounds_this_call = 0
+        self._accepted_this_call = 0
         self._pending = None
 
     def coverage(self) -> Coverage:

@@ -131,6 +131,7 @@ class GenerateExperiment:
         itemised = records_verification_steps(self.vllm)
         self.coverage_design = _coverage_design(engine_name) if itemised else None
         self.drafting, self.acceptance_unmeasured = _acceptance_plan(engine_name, itemised, self.vllm.__version__)
+        self._itemised = itemised
         self._checks = (
             CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0),
             *(
@@ -148,6 +149,14 @@ class GenerateExperiment:
     @property
     def expected_acceptance(self) -> None:
         return None
+
+    @property
+    def accepted_per_trial_max(self) -> int | None:
+        """``horizon - 1`` for a speculative engine whose verification steps are itemised: a trial counts accepted
+        drafts at distinct output indices 1 .. horizon - 1 (index 0 is the prefill's token; :func:`accepted_within`,
+        :func:`acceptance_batch`). None for the plain engine, or when the release does not itemise the steps
+        (nothing is counted)."""
+        return self.horizon - 1 if self.engine_name != "plain" and self._itemised else None
 
     @property
     def fixed_trials(self) -> None:
@@ -256,6 +265,11 @@ class GreedyEquivalenceExperiment:
 
     @property
     def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def accepted_per_trial_max(self) -> None:
+        """Greedy equivalence compares outputs only; it counts no acceptance."""
         return None
 
     @property

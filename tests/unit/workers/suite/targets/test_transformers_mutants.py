@@ -18,7 +18,7 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 from workers.suite.sampling import Processing
 from workers.suite.targets import TargetError, resolve
 from workers.suite.targets.transformers import TransformersAdapter
-from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
+from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment, accepted_in_call
 from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
 from workers.suite.targets.transformers.observer import DraftObserver
 
@@ -67,3 +67,33 @@ def test_the_coverage_observer_changes_nothing_the_library_returns():
     coverage = observer.coverage()
     assert sum(coverage.drafts.values()) == sum(coverage.accepted.values()) > 0
     assert max(coverage.drafts) == 3  # E2E_DRAFTS, constant schedule, no confidence threshold
+
+
+@pytest.mark.parametrize(
+    "options", [{"assistant_model": True}, {"prompt_lookup_num_tokens": 3}, {"assistant_early_exit": 1}], ids=lambda o: next(iter(o))
+)
+def test_a_call_accepts_horizon_minus_its_rounds_drafts_so_at_most_horizon_minus_one(options):
+    """The per-trial range the drift test uses (``accepted_per_trial_max`` = horizon - 1) rests on each round
+    appending its accepted drafts and one token of the target's: checked call by call on the installed release."""
+    adapter = TransformersAdapter.load()
+    experiment = GenerateExperiment(adapter.module, Processing(), options, torch.device("cpu"), coverage=E2E_COVERAGE)
+    assert experiment.accepted_per_trial_max == experiment.horizon - 1
+    prompt, kwargs = experiment.prompt, experiment.generation_kwargs()
+    torch.manual_seed(11)
+    accepted = []
+    for _ in range(6):
+        observer = DraftObserver()
+        with observer.watching():
+            experiment.target.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+        observer.call_done()
+        ((rounds, calls),) = observer.coverage().rounds.items()
+        assert calls == 1
+        assert observer.call_accepted[0] + rounds == experiment.horizon
+        accepted += observer.call_accepted
+    assert 0 < max(accepted) <= experiment.horizon - 1
+    plain = GenerateExperiment(adapter.module, Processing(), {}, torch.device("cpu"))
+    assert plain.accepted_per_trial_max is None
+
+
+def test_a_trial_counts_the_reported_accepted_drafts_up_to_the_bound():
+    assert [accepted_in_call(a, 10) for a in (0, 7, 9, 12)] == [0, 7, 9, 9]

@@ -17,6 +17,7 @@ from workers.suite.cases import select
 from workers.suite.results import Failure, Verdict
 from workers.suite.runner import SuiteConfig, run_suite
 from workers.suite.targets import resolve
+from workers.suite.targets.vllm.e2e import E2E_HORIZON
 
 pytestmark = [
     pytest.mark.vllm,
@@ -167,6 +168,8 @@ def test_e2e_draft_model_acceptance_matches_sum_min_p_q_once_the_cpu_build_is_pa
         assert expected is not None
         assert observed is not None
         assert abs(observed - expected) < 0.1 * expected, (observed, expected)
+        assert result.acceptance.per_trial_max == E2E_HORIZON - 1  # the drift test's range: indices 1 .. horizon - 1
+        assert observed <= result.acceptance.per_trial_max
         assert result.coverage is not None
         assert result.coverage["shortfalls"] == []
         assert "acceptance not measured" not in result.reason
@@ -183,6 +186,7 @@ def test_e2e_ngram_says_its_acceptance_is_not_measured(target, monkeypatch):
     assert result.acceptance.expected is None
     assert result.acceptance.observed is not None
     assert result.acceptance.observed > 0  # accepted drafts within the horizon, from the same record
+    assert result.acceptance.per_trial_max == E2E_HORIZON - 1
     assert result.coverage is not None
     assert result.coverage["shortfalls"] == []
 

@@ -1,0 +1,37 @@
+"""Alert entries in words, the same for Slack, the dashboard and the ``specwatch`` command line."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _num(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def drift_range(entry: Mapping[str, Any]) -> int | None:
+    """The range [0, B] of one trial's accepted drafts that a drift entry was measured over (entries written
+    before the suite reported it carry the case's ``gamma``); None: not a drift entry with a range."""
+    value = entry.get("per_trial_max", entry.get("gamma"))
+    return None if value is None else int(value)
+
+
+def drift_text(entry: Mapping[str, Any]) -> str | None:
+    """A drift entry in one line: the acceptance against its baseline, the significance radius and the per-trial
+    range the Hoeffding bound used, and the earlier runs left out for another range. None for other entries."""
+    if entry.get("reason") != "drift":
+        return None
+    bound = drift_range(entry)
+    runs = entry.get("baseline_runs")
+    over = f" over {runs} run(s)" if runs is not None else ""
+    text = (
+        f"acceptance {_num(entry.get('acceptance_observed'), '.3f')} per trial vs baseline {_num(entry.get('baseline_mean'), '.3f')}"
+        f"{over} ({_num(entry.get('baseline_trials'), ',')} trials): difference {_num(entry.get('difference'), '+.3f')}, "
+        f"significant beyond {_num(entry.get('radius'), '.3f')} at alpha {_num(entry.get('alpha'), '.2g')}; "
+        f"per-trial range [0, {'-' if bound is None else bound}]"
+    )
+    left_out = entry.get("baseline_left_out")
+    if left_out:
+        text += f"; {left_out} earlier run(s) over another range left out"
+    return text
