@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+import types
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from workers.suite.targets.vllm.engines import (
     save_tiny_eagle3,
     target_oracle,
     tiny_models,
+    unavailable,
 )
 
 
@@ -130,3 +134,22 @@ def test_the_eagle3_head_is_saved_in_the_checkpoint_layout_vllms_eagle3_llama_lo
 def test_an_eagle3_head_that_vllm_would_misread_is_refused(tmp_path, arguments: dict[str, tuple[int, ...]], refusal: str) -> None:
     with pytest.raises(ValueError, match=refusal):
         save_tiny_eagle3(tmp_path / "eagle3", target=tiny_models().target, seed=0, **arguments)
+
+
+def test_eagle3_is_unavailable_with_the_reason_where_the_release_lacks_the_head_or_llama_support(monkeypatch) -> None:
+    """Feature detection, not version tables: without ``llama_eagle3`` the engine is missing for that reason; with it
+    but a Llama target that is not ``SupportsEagle3`` (no aux hidden states to read), for that one."""
+    vllm = types.SimpleNamespace(__version__="0.0.test")
+    real_find_spec, real_import = importlib.util.find_spec, importlib.import_module
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.startswith("vllm.") else real_find_spec(name, *a))
+    assert unavailable(vllm)["eagle3"] == "vllm 0.0.test has no EAGLE-3 Llama head (vllm.model_executor.models.llama_eagle3)"
+
+    fakes = {
+        "vllm.model_executor.models.interfaces": types.SimpleNamespace(supports_eagle3=lambda model: False),
+        "vllm.model_executor.models.llama": types.SimpleNamespace(LlamaForCausalLM=object),
+    }
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name.startswith("vllm.") else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: fakes[name] if name in fakes else real_import(name, *a))
+    assert unavailable(vllm)["eagle3"] == "vllm 0.0.test has no EAGLE-3 support in its Llama target (SupportsEagle3)"
+    fakes["vllm.model_executor.models.interfaces"] = types.SimpleNamespace(supports_eagle3=lambda model: True)
+    assert "eagle3" not in unavailable(vllm)
