@@ -151,7 +151,8 @@ def save_tiny_eagle3(
     ``Eagle3LlamaForCausalLM`` loads for ``method="eagle3"``):
 
     - ``fc`` (3 target-hidden -> hidden) over the target's hidden states at ``aux_layers``, which the config
-      names in ``eagle_config.eagle_aux_hidden_state_layer_ids``;
+      names in ``eagle_aux_hidden_state_layer_ids`` (read by vLLM's model runners, v1 and v2) and again in
+      ``eagle_config`` (where the head reads how many there are: ``fc``'s width);
     - ``midlayer.*``: one Llama decoder layer whose attention reads [normed token embedding, ``hidden_norm`` of
       the fused hidden state] (q/k/v of 2 hidden -> heads), then ``norm``;
     - ``lm_head`` over a draft vocabulary of ``len(draft_tokens)`` tokens, the target's output rows of those
@@ -174,6 +175,7 @@ def save_tiny_eagle3(
     config.architectures = ["LlamaForCausalLMEagle3"]
     config.draft_vocab_size = len(tokens)
     config.target_hidden_size = hidden
+    config.eagle_aux_hidden_state_layer_ids = list(aux_layers)
     config.eagle_config = {"eagle_aux_hidden_state_layer_ids": list(aux_layers), "use_aux_hidden_state": True}
     config.save_pretrained(path)
     generator = torch.Generator().manual_seed(seed)
@@ -288,8 +290,9 @@ def unavailable(vllm: Any) -> dict[str, str]:
 
 
 def _eagle3_unavailable(vllm: Any) -> str | None:
-    """Why this release cannot run the tiny EAGLE-3 head (None: it can): it needs the EAGLE-3 Llama head and a Llama
-    target that returns aux hidden states (``SupportsEagle3``)."""
+    """Why this release cannot run the tiny EAGLE-3 head (None: it can): it needs the EAGLE-3 Llama head, a Llama
+    target that returns aux hidden states (``SupportsEagle3``) and a model runner that takes the aux layers from
+    the head's config."""
     try:
         head = importlib.util.find_spec("vllm.model_executor.models.llama_eagle3")
     except ImportError:
@@ -304,7 +307,25 @@ def _eagle3_unavailable(vllm: Any) -> str | None:
     supports = getattr(interfaces, "supports_eagle3", None)
     if supports is None or not supports(llama.LlamaForCausalLM):
         return "has no EAGLE-3 support in its Llama target (SupportsEagle3)"
+    if not _reads_aux_layers_from_config():
+        return (
+            "takes EAGLE-3's aux hidden states from its default layers (2, layers // 2, layers - 3), not from the head's "
+            "eagle_aux_hidden_state_layer_ids: the 2-layer tiny target has only 2 of them"
+        )
     return None
+
+
+def _reads_aux_layers_from_config() -> bool:
+    """Whether a model runner of this release takes EAGLE-3's aux layers from the head's config: the v1 runner's
+    ``_get_eagle3_aux_layers_from_config`` (the CPU runner inherits it) or model runner v2's
+    ``get_eagle3_aux_layers_from_config``."""
+    with contextlib.suppress(ImportError):
+        runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+        if hasattr(getattr(runner, "GPUModelRunner", None), "_get_eagle3_aux_layers_from_config"):
+            return True
+    with contextlib.suppress(ImportError):
+        return hasattr(importlib.import_module("vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"), "get_eagle3_aux_layers_from_config")
+    return False
 
 
 def speculative_config_fields(vllm: Any) -> set[str]:

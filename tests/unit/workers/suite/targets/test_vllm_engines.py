@@ -88,6 +88,7 @@ def test_the_eagle3_head_is_saved_in_the_checkpoint_layout_vllms_eagle3_llama_lo
     assert config.target_hidden_size == hidden
     assert config.draft_vocab_size == len(EAGLE3_DRAFT_TOKENS) < target.vocab_size
     aux = config.eagle_config["eagle_aux_hidden_state_layer_ids"]
+    assert config.eagle_aux_hidden_state_layer_ids == aux  # the model runners read it here, the head in eagle_config
     assert config.eagle_config["use_aux_hidden_state"] is True
     # vLLM's Llama can hand out the embedding (0) and the residual stream after each layer (1..layers), one each.
     assert list(aux) == list(EAGLE3_AUX_LAYERS)
@@ -136,20 +137,37 @@ def test_an_eagle3_head_that_vllm_would_misread_is_refused(tmp_path, arguments: 
         save_tiny_eagle3(tmp_path / "eagle3", target=tiny_models().target, seed=0, **arguments)
 
 
-def test_eagle3_is_unavailable_with_the_reason_where_the_release_lacks_the_head_or_llama_support(monkeypatch) -> None:
+def test_eagle3_is_unavailable_with_the_reason_where_the_release_cannot_run_the_tiny_head(monkeypatch) -> None:
     """Feature detection, not version tables: without ``llama_eagle3`` the engine is missing for that reason; with it
-    but a Llama target that is not ``SupportsEagle3`` (no aux hidden states to read), for that one."""
+    but a Llama target that is not ``SupportsEagle3`` (no aux hidden states to read), for that one; with both but a
+    model runner that ignores the head's aux layers (the 2-layer target cannot give vLLM's default three), for that."""
     vllm = types.SimpleNamespace(__version__="0.0.test")
     real_find_spec, real_import = importlib.util.find_spec, importlib.import_module
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.startswith("vllm.") else real_find_spec(name, *a))
     assert unavailable(vllm)["eagle3"] == "vllm 0.0.test has no EAGLE-3 Llama head (vllm.model_executor.models.llama_eagle3)"
 
-    fakes = {
+    fakes: dict[str, object] = {
         "vllm.model_executor.models.interfaces": types.SimpleNamespace(supports_eagle3=lambda model: False),
         "vllm.model_executor.models.llama": types.SimpleNamespace(LlamaForCausalLM=object),
     }
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name.startswith("vllm.") else real_find_spec(name, *a))
-    monkeypatch.setattr(importlib, "import_module", lambda name, *a: fakes[name] if name in fakes else real_import(name, *a))
+
+    def fake_import(name: str, *args: str) -> object:
+        if name not in fakes:
+            return real_import(name, *args)
+        if fakes[name] is None:
+            raise ImportError(f"No module named {name!r}")
+        return fakes[name]
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
     assert unavailable(vllm)["eagle3"] == "vllm 0.0.test has no EAGLE-3 support in its Llama target (SupportsEagle3)"
     fakes["vllm.model_executor.models.interfaces"] = types.SimpleNamespace(supports_eagle3=lambda model: True)
+    fakes["vllm.v1.worker.gpu_model_runner"] = types.SimpleNamespace(GPUModelRunner=type("GPUModelRunner", (), {}))
+    fakes["vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"] = types.SimpleNamespace()
+    assert "not from the head's eagle_aux_hidden_state_layer_ids" in unavailable(vllm)["eagle3"]
+    runner = type("GPUModelRunner", (), {"_get_eagle3_aux_layers_from_config": lambda self: None})
+    fakes["vllm.v1.worker.gpu_model_runner"] = types.SimpleNamespace(GPUModelRunner=runner)
+    assert "eagle3" not in unavailable(vllm)
+    fakes["vllm.v1.worker.gpu_model_runner"] = None  # model runner v2 only
+    fakes["vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"] = types.SimpleNamespace(get_eagle3_aux_layers_from_config=None)
     assert "eagle3" not in unavailable(vllm)
