@@ -3,10 +3,9 @@
 A 2-layer random Llama target and a 1-layer draft over an ``E2E_VOCAB``-token WordLevel vocabulary, and random
 EAGLE-1 and EAGLE-3 heads for the target, are saved (once per process) and served by vLLM offline
 (``dtype=float32``, eager, a fixed KV-cache size: the CPU build applies the default memory fraction to RAM). One
-``LLM`` per engine
-configuration is built on first use and reused by every case that shares it, in the suite's process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: with vLLM's default engine-core processes, a second engine on the CPU
-build hung for good). The float64 copy of the target is the oracle of the exact laws.
+``LLM`` per engine configuration is built on first use and reused by every case that shares it, in the suite's
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: with vLLM's default engine-core processes, a second engine on the
+CPU build hung for good). The float64 copy of the target is the oracle of the exact laws.
 """
 
 from __future__ import annotations
