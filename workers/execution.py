@@ -324,6 +324,7 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         "log_tail": outcome.stderr_tail or None,
         "device": (result.device if result is not None else None) or command.device,
         "library_version": library_version,
+        "library_distribution": result.environment.get("library_distribution") if result is not None else None,
         "torch_version": result.environment.get("torch") if result is not None else None,
         "python_version": result.environment.get("python") if result is not None else None,
         "seed": command.seed,

