@@ -101,6 +101,21 @@ def test_add_read_edit_and_remove_a_finding(client: TestClient) -> None:
     assert client.get("/targets/toy/findings/toy-residual").status_code == 404
 
 
+def test_a_finding_names_its_distributions_and_an_edit_clears_them(client: TestClient) -> None:
+    created = client.post("/targets/toy/findings", json=FINDING | {"distributions": ["Toy_CPU"]}, headers=WRITE)
+    assert created.status_code == 201, created.text
+    assert created.json()["distributions"] == ["toy-cpu"]  # normalised
+    assert client.get("/targets/toy/findings/toy-residual").json()["distributions"] == ["toy-cpu"]
+    changed = client.patch("/targets/toy/findings/toy-residual", json={"distributions": ["toy", "toy-cpu"]}, headers=WRITE)
+    assert changed.json()["distributions"] == ["toy", "toy-cpu"]
+    cleared = client.patch("/targets/toy/findings/toy-residual", json={"distributions": None}, headers=WRITE)
+    assert cleared.json()["distributions"] == []  # any distribution
+    bad = client.patch("/targets/toy/findings/toy-residual", json={"distributions": ["toy cpu"]}, headers=WRITE)
+    assert bad.status_code == 422
+    assert "invalid distribution 'toy cpu'" in bad.json()["detail"]
+    assert client.post("/targets/toy/findings", json=FINDING | {"key": "plain"}, headers=WRITE).json()["distributions"] == []
+
+
 def test_writes_need_a_write_token_and_reads_follow_read_auth(make_client: Callable[..., TestClient]) -> None:
     client = make_client(api_auth_reads=True)
     assert client.post("/targets", json=TOY, headers=WRITE).status_code == 201

