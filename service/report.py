@@ -12,7 +12,17 @@ import math
 import shlex
 from typing import Any
 
-_ENVIRONMENT_KEYS = ("library_name", "library_version", "library_git_sha", "python", "torch", "numpy", "scipy", "platform")
+_ENVIRONMENT_KEYS = (
+    "library_name",
+    "library_distribution",
+    "library_version",
+    "library_git_sha",
+    "python",
+    "torch",
+    "numpy",
+    "scipy",
+    "platform",
+)
 
 
 def _evidence(result: dict[str, Any]) -> str:
