@@ -60,16 +60,18 @@ QUICK_BLOCK = frozenset(
         "direct_block/greedy_draft/V8/g3",
     }
 )
-#: Under Triton's interpreter (about 20-50 trials a second, see bench/vllm_interpreter.py): the quick profile, a
-#: few cases of small planned size that cover draft logits and one-hot drafts, a processed target, gamma 1 to 3
-#: and block verification; and the TV distance every case is tested at (trials grow as 1/epsilon^2).
+#: Under Triton's interpreter (tens of trials a second, see bench/vllm_interpreter.py): the quick profile, cases
+#: planned at about a thousand trials at TV 0.3 that cover draft logits and one-hot drafts, a processed target
+#: (temperature, top-k, top-p), gamma 1, 3 and 5, token-by-token and block verification; and the TV distance every
+#: case is tested at (trials grow as 1/epsilon^2: the default profile takes hours there).
 INTERPRETER_QUICK = frozenset(
     {
         "direct/far_apart/V8/g1",
-        "direct/onehot_q/V64/g3",
-        "direct/greedy_draft/V8/g3",
+        "direct/near_identical/V64/g5",
+        "direct/greedy_draft_processed/V64/g5",
         "direct_block/far_apart/V8/g1",
-        "direct_block/greedy_draft/V8/g3",
+        "direct_block/disjoint/V8/g3",
+        "direct_block/greedy_draft_processed/V64/g5",
     }
 )
 INTERPRETER_EPSILON = 0.3

@@ -35,6 +35,7 @@ import torch
 
 from workers.suite.cases import Case
 from workers.suite.experiments import ChainExperiment, CheckSpec, Experiment, Observation
+from workers.suite.laws import MAX_JOINT_CELLS
 from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
 from workers.suite.targets.vllm.bindings import AdapterError, one_hot_rows
 
@@ -299,8 +300,22 @@ def v2_cases(api: RejectionSampleV2Api, battery: Sequence[Case], *, probe_trials
         block = tuple(_as_block(dataclasses.replace(c, make_step=None, skip_reason=reason)) for c in direct)
     else:
         block_sampler = rejection_sampler_v2(api, block=True)
-        block = tuple(_as_block(_case(c, block_sampler, probe_trials, block=True)) for c in direct)
+        block = tuple(_as_block(_block_case(c, block_sampler, probe_trials)) for c in direct)
     return plain + block
+
+
+def _block_case(case: Case, sampler: Sampler, probe_trials: int | None) -> Case:
+    """The block variant of ``case``, or a skipped case where its step has no completed-law check (the completed
+    joint and its adjacent pairs both exceed ``MAX_JOINT_CELLS``: V = 1024 and more)."""
+    step = case.step()
+    vocab, gamma = step.vocab_size, step.gamma
+    if vocab ** (gamma + 1) > MAX_JOINT_CELLS and vocab**2 > MAX_JOINT_CELLS:
+        reason = (
+            f"not reachable: block verification is checked on the completed joint law or its adjacent pairs, and at "
+            f"V = {vocab} both exceed {MAX_JOINT_CELLS} cells"
+        )
+        return dataclasses.replace(case, make_step=None, skip_reason=reason)
+    return _case(case, sampler, probe_trials, block=True)
 
 
 def _case(case: Case, sampler: Sampler, probe_trials: int | None, *, block: bool) -> Case:

@@ -241,6 +241,11 @@ def test_a_release_with_the_v2_sampler_gets_plain_and_block_cases_and_unreachabl
     quick = {c.id for c in cases.values() if c.quick and c.skip_reason is None}
     assert {"direct/far_apart/V8/g1", "direct_block/far_apart/V8/g1"} <= quick
     assert all(c.epsilon >= 0.3 for c in cases.values() if c.family in ("direct", "direct_block"))
+    large = cases["direct_block/large_vocab/V50257/g1"]
+    assert large.skip_reason
+    assert "not reachable" in large.skip_reason
+    assert cases["direct/large_vocab/V50257/g1"].skip_reason is None
+    assert all(c.skip_reason and "not reachable" in c.skip_reason for c in cases.values() if c.family == "edge")
     e2e = [c for c in cases.values() if c.family == "e2e"]
     assert e2e
     assert all(c.skip_reason and c.skip_reason.startswith("not reachable") for c in e2e)

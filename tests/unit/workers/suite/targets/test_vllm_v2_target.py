@@ -61,7 +61,9 @@ def test_the_build_identity_says_the_kernels_run_in_triton_s_interpreter(target)
 
 
 def test_direct_cases_pass_through_the_v2_kernels_with_draft_logits_one_hot_drafts_and_block_verification(target):
-    run = _run(target, ["direct/far_apart/V8/g1", "direct/greedy_draft/V8/g3", "direct_block/far_apart/V8/g1"])
+    """Draft logits (gamma 1), one-hot drafts with a processed target (temperature 0.7, top-k 8, top-p 0.9 through
+    vLLM's temperature kernel and apply_top_k_top_p; gamma 5), and block verification."""
+    run = _run(target, ["direct/far_apart/V8/g1", "direct/greedy_draft_processed/V64/g5", "direct_block/far_apart/V8/g1"])
     assert run.verdict == Verdict.PASS, _failures(run)
 
 
