@@ -221,6 +221,9 @@ class VllmAdapter:
         try:
             platforms = importlib.import_module("vllm.platforms")
             platform = platforms.current_platform
+            if interpreter.active():
+                units = interpreter.give_compute_units(platform)
+                kernels += f"; {units}" if units else ""
             register_platform_kernels(platform)
             platform_name = str(getattr(platform, "device_type", "unknown"))
             triton = importlib.import_module("vllm.triton_utils")

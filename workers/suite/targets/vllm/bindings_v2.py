@@ -190,13 +190,13 @@ def call_v2(api: RejectionSampleV2Api, step: SpecStep, drafts: torch.Tensor, see
     draft_sampled = torch.zeros((batch, rows), dtype=torch.int32, device=device)
     draft_sampled[:, 1:] = drafts.to(torch.int32)
     # Raw target logits, all gamma + 1 rows: vLLM applies the processing. An identity processing keeps log(p).
+    # Processing is row by row and deterministic, and every request has the same rows: it runs on one copy.
     raw = step.target_logits.float() if not processing.is_identity else torch.log(step.target_probs).float()
-    target_logits = raw.repeat(batch, 1).contiguous()
     temperatures = torch.full((batch,), temperature, dtype=torch.float32, device=device)
     if not processing.is_identity:
-        target_logits = _process(
-            api, target_logits, processing=processing, expanded_idx_mapping=expanded_idx_mapping, temperatures=temperatures, vocab=vocab
-        )
+        one_request = torch.zeros(rows, dtype=torch.int32, device=device)
+        raw = _process(api, raw, processing=processing, expanded_idx_mapping=one_request, temperatures=temperatures[:1], vocab=vocab)
+    target_logits = raw.repeat(batch, 1).contiguous()
     q = step.draft_probs
     cache = None
     if not one_hot_rows(q):
@@ -238,8 +238,13 @@ def _process(
     if processing.temperature != 1.0:
         api.apply_temperature(logits, expanded_idx_mapping, temperatures)
     rows = logits.shape[0]
-    top_k = None if processing.top_k is None or processing.top_k >= vocab else torch.full((rows,), processing.top_k, dtype=torch.int32)
-    top_p = None if processing.top_p in (None, 1.0) else torch.full((rows,), processing.top_p, dtype=torch.float32)
+    device = logits.device
+    top_k = (
+        None
+        if processing.top_k is None or processing.top_k >= vocab
+        else torch.full((rows,), processing.top_k, dtype=torch.int32, device=device)
+    )
+    top_p = None if processing.top_p in (None, 1.0) else torch.full((rows,), processing.top_p, dtype=torch.float32, device=device)
     if top_k is None and top_p is None:
         return logits
     processed: torch.Tensor = api.apply_top_k_top_p(logits, top_k, top_p, has_topp_only_rows=top_p is not None and top_k is None)
