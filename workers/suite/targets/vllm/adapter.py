@@ -225,7 +225,7 @@ class VllmAdapter:
                 units = interpreter.give_compute_units(platform)
                 kernels += f"; {units}" if units else ""
             register_platform_kernels(platform)
-            platform_name = str(getattr(platform, "device_type", "unknown"))
+            platform_name = str(getattr(platform, "device_type", "unknown") or type(platform).__name__)
             triton = importlib.import_module("vllm.triton_utils")
             if not interpreter.active():
                 kernels = "triton" if getattr(triton, "HAS_TRITON", False) else "platform ops (torch.ops._C)"
