@@ -187,21 +187,21 @@ def interpreter_env(path: Path) -> dict[str, str]:
 
 
 def _install_kernels_only(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> None:
-    """The wheel alone, then :data:`VLLM_KERNEL_CHAIN` at the wheel's versions and the Triton release its torch pin
-    asks for, each with its dependencies (torch, numpy and scipy stay the interpreter's)."""
+    """The wheel alone, then those of its requirements named in :data:`VLLM_KERNEL_CHAIN` (at the wheel's versions)
+    and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay the
+    interpreter's)."""
     result = _pip_target([requirement], target, constraints, pins, no_deps=True)
     _raise_on_failure(requirement, target, result)
     requires = _requires_dist(target, "vllm")
     torch_pin = next((spec for spec in requires if _requirement_name(spec) == "torch"), None)
     triton = _triton_for(torch_pin, target) if torch_pin else "triton"
     chain = [spec for spec in requires if _requirement_name(spec) in VLLM_KERNEL_CHAIN]
-    missing = sorted(set(VLLM_KERNEL_CHAIN) - {_requirement_name(spec) for spec in chain})
-    result = _pip_target([triton, *chain, *missing], target, constraints, pins)
+    result = _pip_target([triton, *chain], target, constraints, pins)
     _raise_on_failure(requirement, target, result)
     _keep_interpreter_builds(target)
     (target / KERNELS_ONLY_MARKER).write_text(
         f"{requirement} without its dependencies\n{triton} (asked by {torch_pin or 'no torch pin'})\n"
-        + "".join(f"{spec}\n" for spec in chain + missing)
+        + "".join(f"{spec}\n" for spec in chain)
     )
 
 
