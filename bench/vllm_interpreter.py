@@ -2,8 +2,8 @@
 
 Installs ``--pip`` (default vllm==0.34.0) kernels-only into the suite's release cache (on a machine without CUDA),
 then runs itself again with that folder first on PYTHONPATH and the interpreter's variables (``interpreter_env``),
-and times the adapter's sampler (``rejection_sampler_v2``: drafts drawn here, one call of ``rejection_sample`` per
-512 requests) on far-apart fixtures at V = 8 and 64, gamma 1 to 5, with draft logits and with one-hot drafts (no
+and times the adapter's sampler (``rejection_sampler_v2``: drafts drawn here, one call of ``rejection_sample`` for
+all of them) on far-apart fixtures at V = 8 and 64, gamma 1 to 5, with draft logits and with one-hot drafts (no
 draft logits cache), token by token and with block verification. One warm-up call per configuration first.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/vllm_interpreter.py [--pip vllm==0.34.0] [--trials 256]

@@ -151,8 +151,10 @@ def _optional(module: str, name: str) -> Callable[..., Any] | None:
     return found
 
 
-#: Requests in one call (the interpreter runs each program instance in turn: calls are cheap next to them).
-CALL_REQUESTS = 512
+#: Most elements of the [requests * (gamma + 1), V] float32 target logits in one call (64 MiB), and most requests
+#: (under the interpreter, which runs each program instance in turn, a call's own cost is small either way).
+_CALL_ELEMENTS = 1 << 24
+_CALL_REQUESTS = 4096
 
 
 def rejection_sampler_v2(api: RejectionSampleV2Api, *, block: bool = False) -> Sampler:
@@ -166,8 +168,9 @@ def rejection_sampler_v2(api: RejectionSampleV2Api, *, block: bool = False) -> S
         seeds = torch.randint(0, 2**62, (n,), generator=generator, device=device, dtype=torch.int64)
         tokens = torch.full((n, gamma + 1), -1, dtype=torch.long, device=device)
         emitted = torch.empty(n, dtype=torch.long, device=device)
-        for start in range(0, n, CALL_REQUESTS):
-            b = min(CALL_REQUESTS, n - start)
+        per_call = max(1, min(_CALL_REQUESTS, _CALL_ELEMENTS // ((gamma + 1) * step.vocab_size)))
+        for start in range(0, n, per_call):
+            b = min(per_call, n - start)
             sampled, num_sampled = call_v2(api, step, drafts[start : start + b], seeds[start : start + b], block=block)
             count = num_sampled.long()
             keep = torch.arange(gamma + 1, device=device)[None] < count[:, None]
