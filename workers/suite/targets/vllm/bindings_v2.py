@@ -14,8 +14,11 @@ Here n trials of a chain step are n requests of one call: drafts drawn from q he
 per request from the case's private generator, positions 0..gamma. q enters as draft logits ``log(q) * T`` (T the
 request's temperature), whose softmax at T is exactly the fixture's q. The target's processing (temperature, top-k,
 top-p) is the v2 ``Sampler.apply_sampling_params`` step: its ``SamplingStates`` calls vLLM's temperature kernel and
-then ``apply_top_k_top_p``; those two functions are called here in that order (``SamplingStates`` itself needs
-accelerator buffers, and the logits processors it also runs -- bias, penalties, bad words -- are off).
+then ``apply_top_k_top_p``; those two functions are called here in that order, on one request's rows (the step is
+row by row and deterministic, and every request has the same rows). ``SamplingStates`` itself is not built: its
+module imports ``vllm.sampling_params``, whose dependencies (msgspec, ...) a kernels-only install leaves out, and it
+keeps its state in host-mapped device buffers; the logits processors ``apply_sampling_params`` also runs (bias,
+penalties, bad words) are off for plain sampling parameters, and min-p is not among the fixtures' processing.
 
 Every optional parameter must default to its lossless value: synthetic acceptance rates, FLy (``fly_window_size >
 0``, a lossy window that defers rejections) and watermarking are lossy by design and stay off. Block verification
