@@ -301,6 +301,9 @@ def outcome(results: list[dict[str, Any]], known: dict[str, Finding], *, strict:
     """The exit status and the summary line: known findings fail the run only with ``strict``."""
     failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
     if suite_code == OK:
+        skipped = sum(1 for r in results if r.get("verdict") == "skipped")
+        if skipped:
+            return OK, f"{len(results) - skipped} case(s) passed, {skipped} skipped (not reachable or not run: see each reason)"
         return OK, f"all {len(results)} case(s) passed"
     if not failed:
         return suite_code, f"the run failed ({len(results)} case result(s))"

