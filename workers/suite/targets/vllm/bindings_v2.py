@@ -286,6 +286,11 @@ class BlockVerificationExperiment:
         return None
 
     @property
+    def accepted_per_trial_max(self) -> int:
+        """gamma, as for the wrapped step: block verification also accepts at most its drafts."""
+        return self.chain.accepted_per_trial_max
+
+    @property
     def fixed_trials(self) -> None:
         return None
 
