@@ -40,7 +40,7 @@ from workers.suite.cases import Case
 from workers.suite.experiments import ChainExperiment, CheckSpec, Experiment, Observation
 from workers.suite.laws import MAX_JOINT_CELLS
 from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
-from workers.suite.targets.vllm.bindings import AdapterError, one_hot_rows
+from workers.suite.targets.vllm.bindings import AdapterError, bind_keywords, one_hot_rows
 
 #: Where the model-runner-v2 sampler lives.
 MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
@@ -78,38 +78,18 @@ _BLOCK = "use_block_verification"
 
 
 def bind_rejection_sample_v2(fn: Callable[..., Any], *, block: bool = False, may_mask: bool = False, **core: Any) -> dict[str, Any]:
-    """Keyword arguments for v2 ``rejection_sample`` as the installed release spells it.
-
-    Every name of :data:`CORE_ARGUMENTS` must be a parameter; each parameter of :data:`LOSSLESS_DEFAULTS` must
-    default to its lossless value (it is left out, but ``use_block_verification``, set to ``block``); any other
-    parameter must have a default. ``block`` needs the release to have ``use_block_verification``.
-    """
+    """Keyword arguments for v2 ``rejection_sample`` (:func:`~workers.suite.targets.vllm.bindings.bind_keywords`:
+    :data:`CORE_ARGUMENTS` given, :data:`LOSSLESS_DEFAULTS` at their lossless values, but ``use_block_verification``
+    set with ``block``, which needs the release to have it; ``skip_masked_vocab_blocks`` set to ``may_mask`` where
+    the release has it)."""
     missing_core = [name for name in CORE_ARGUMENTS if name not in core]
     if missing_core:
         raise TypeError(f"bind_rejection_sample_v2 needs {missing_core}")
-    signature = inspect.signature(fn)
-    params = signature.parameters
-    missing = [name for name in CORE_ARGUMENTS if name not in params]
-    if missing:
-        raise AdapterError(f"rejection_sample (model runner v2) has no parameter(s) {missing}; signature {signature}")
-    if block and _BLOCK not in params:
-        raise AdapterError(f"rejection_sample (model runner v2) has no {_BLOCK}: no block verification in this release")
-    kwargs = {name: core[name] for name in CORE_ARGUMENTS}
-    for name, param in params.items():
-        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if name in LOSSLESS_DEFAULTS:
-            lossless = LOSSLESS_DEFAULTS[name]
-            if param.default is param.empty or type(param.default) is not type(lossless) or param.default != lossless:
-                raise AdapterError(f"rejection_sample's {name} defaults to {param.default!r}; the lossless path needs {lossless!r}")
-            if name == _BLOCK and block:
-                kwargs[name] = True
-            continue
-        if param.default is param.empty:
-            raise AdapterError(f"rejection_sample (model runner v2) requires unknown argument {name!r}; signature {signature}")
-        if name == _SKIP_MASKED:
-            kwargs[name] = may_mask
-    return kwargs
+    label = "rejection_sample (model runner v2)"
+    if block and _BLOCK not in inspect.signature(fn).parameters:
+        raise AdapterError(f"{label} has no {_BLOCK}: no block verification in this release")
+    chosen = {_SKIP_MASKED: may_mask, **({_BLOCK: True} if block else {})}
+    return bind_keywords(fn, {name: core[name] for name in CORE_ARGUMENTS}, lossless=LOSSLESS_DEFAULTS, label=label, chosen=chosen)
 
 
 @dataclass(frozen=True)
