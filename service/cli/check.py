@@ -298,20 +298,23 @@ def mark_known(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, 
 
 
 def outcome(results: list[dict[str, Any]], known: dict[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
-    """The exit status and the summary line: known findings fail the run only with ``strict``."""
+    """The exit status and the summary line: known findings fail the run only with ``strict``; skipped cases are
+    counted apart in every line (they were not tested)."""
     failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
+    skipped = sum(1 for r in results if r.get("verdict") == "skipped")
+    not_run = f", {skipped} skipped (not reachable or not run: see each reason)" if skipped else ""
     if suite_code == OK:
-        skipped = sum(1 for r in results if r.get("verdict") == "skipped")
         if skipped:
-            return OK, f"{len(results) - skipped} case(s) passed, {skipped} skipped (not reachable or not run: see each reason)"
+            return OK, f"{len(results) - skipped} case(s) passed{not_run}"
         return OK, f"all {len(results)} case(s) passed"
     if not failed:
         return suite_code, f"the run failed ({len(results)} case result(s))"
     head = f"{len(failed)} of {len(results)} case(s) failed"
     new = [c for c in failed if c not in known]
     if new:
-        return VIOLATION, head + (f": {len(new)} new, {len(failed) - len(new)} known finding(s)" if len(new) < len(failed) else "")
+        mixed = f": {len(new)} new, {len(failed) - len(new)} known finding(s)" if len(new) < len(failed) else ""
+        return VIOLATION, f"{head}{mixed}{not_run}"
     which = "a known finding" if len(failed) == 1 else ("both known findings" if len(failed) == 2 else f"all {len(failed)} known findings")
     if strict:
-        return VIOLATION, f"{head}, {which} (--strict)"
-    return OK, f"{head}, {which}; --strict to fail on {'it' if len(failed) == 1 else 'them'}"
+        return VIOLATION, f"{head}, {which} (--strict){not_run}"
+    return OK, f"{head}, {which}{not_run}; --strict to fail on {'it' if len(failed) == 1 else 'them'}"

@@ -327,6 +327,18 @@ def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> Non
         ([KNOWN, PASSED], False, OK, "1 of 2 case(s) failed, a known finding; --strict to fail on it"),
         ([KNOWN, NEW, PASSED], False, VIOLATION, "2 of 3 case(s) failed: 1 new, 1 known finding(s)"),
         ([NEW, PASSED], False, VIOLATION, "1 of 2 case(s) failed"),
+        (
+            [KNOWN, PASSED, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
+            False,
+            OK,
+            "1 of 3 case(s) failed, a known finding, 1 skipped (not reachable or not run: see each reason); --strict to fail on it",
+        ),
+        (
+            [NEW, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
+            False,
+            VIOLATION,
+            "1 of 2 case(s) failed, 1 skipped (not reachable or not run: see each reason)",
+        ),
     ],
 )
 def test_check_exits_1_only_for_new_failures_unless_strict(results: list[dict[str, Any]], strict: bool, code: int, line: str) -> None:
