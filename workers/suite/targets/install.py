@@ -26,7 +26,11 @@ import os
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from workers.suite.exits import SuiteExit
 from workers.suite.targets import TargetError
@@ -227,17 +231,13 @@ def _triton_for(torch_pin: str, target: Path) -> str:
 
 def _requires_dist(target: Path, name: str) -> list[str]:
     """The ``Requires-Dist`` lines of the distribution ``name`` installed in ``target``."""
-    metadata = next(iter(sorted(target.glob(f"{name}-*.dist-info/METADATA"))), None)
-    if metadata is None:
-        return []
-    lines = metadata.read_text(errors="replace").splitlines()
-    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    found = next(iter(metadata.distributions(name=name, path=[str(target)])), None)
+    return list(found.requires or []) if found is not None else []
 
 
 def _requirement_name(spec: str) -> str:
     """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``)."""
-    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)", spec)
-    return re.sub(r"[-_.]+", "-", found[1]).lower() if found else ""
+    return canonicalize_name(Requirement(spec).name)
 
 
 def _raise_on_failure(requirement: str, target: Path, result: subprocess.CompletedProcess[str]) -> None:
@@ -300,8 +300,6 @@ def rerun_with(path: Path, argv: list[str]) -> int:
 
 
 def _installed_version(name: str) -> str | None:
-    from importlib import metadata  # noqa: PLC0415
-
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
