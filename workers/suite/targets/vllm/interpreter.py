@@ -1,7 +1,7 @@
 """Triton's interpreter as vLLM's kernels need it on the CPU (a kernels-only install: ``TRITON_INTERPRET=1``).
 
-The interpreter runs each program instance of a kernel's grid in Python, with numpy for the arithmetic. Two things
-are added before vLLM's kernels run, both stated in the build identity (:func:`prepare` returns them):
+The interpreter runs each program instance of a kernel's grid in Python, with numpy for the arithmetic. These
+are added before vLLM's kernels run, each stated in the build identity (:func:`prepare` returns them):
 
 - ``libdevice.log1p``: the interpreter has no libdevice (its functions are stubs that return None), and the
   resampling kernel's residual ``log(p) + log1p(-q/p)`` calls it; numpy's ``log1p`` in the operand's dtype stands in
