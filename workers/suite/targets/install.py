@@ -29,9 +29,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 from workers.suite.exits import SuiteExit
 from workers.suite.targets import TargetError
 
@@ -236,8 +233,10 @@ def _requires_dist(target: Path, name: str) -> list[str]:
 
 
 def _requirement_name(spec: str) -> str:
-    """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``)."""
-    return canonicalize_name(Requirement(spec).name)
+    """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``); by hand, as
+    the suite imports nothing but torch, numpy, scipy and the standard library (no ``packaging``)."""
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)", spec)
+    return re.sub(r"[-_.]+", "-", found[1]).lower() if found else ""
 
 
 def _raise_on_failure(requirement: str, target: Path, result: subprocess.CompletedProcess[str]) -> None:
