@@ -46,6 +46,14 @@ class ResultSchemaError(ValueError):
     """A run result that this reader cannot take: another ``schema``, or not the shape that schema says."""
 
 
+class Layer(enum.StrEnum):
+    """LOSSLESS: emitted tokens follow the target law (what users need). CONFORMANCE: the exact
+    Leviathan/Chen acceptance behaviour (a lossless change that lowers acceptance is slower)."""
+
+    LOSSLESS = "lossless"
+    CONFORMANCE = "conformance"
+
+
 class Failure(enum.StrEnum):
     """Why a case failed: a layer's law is refuted, or the target raised on a valid input."""
 
