@@ -26,6 +26,7 @@ crash (another exit status or a signal, e.g. the memory limit), a wall-clock tim
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import os
@@ -123,10 +124,31 @@ class Heartbeat:
         self._thread.join()
 
 
+class AttemptStatus(enum.StrEnum):
+    """How one attempt at a run ended (what the task reports). The first four are the run's own finished statuses,
+    stored by the attempt; the others leave the run to someone else."""
+
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    uninstallable = "uninstallable"
+    #: The commit could not be installed: the run is queued again, and sent again after ``retry_in_s``.
+    retrying = "queued"
+    #: Nothing to do: the run is gone, finished, cancelled or not due (``reason`` says which).
+    skipped = "skipped"
+    #: Another attempt holds the run now (this one's lease expired): its result was not stored.
+    lease_lost = "lease-lost"
+
+    @property
+    def finished(self) -> bool:
+        """The run finished with this attempt (its outcome is stored): it is analysed next."""
+        return self in (AttemptStatus.passed, AttemptStatus.failed, AttemptStatus.error, AttemptStatus.uninstallable)
+
+
 @dataclass(frozen=True)
 class AttemptResult:
     run_id: int
-    status: str  # a RunStatus value (queued: could not install, retried), or "skipped" / "lease-lost"
+    status: AttemptStatus
     reason: str | None = None
     # The run could not install its commit and is queued again: send it again after this many seconds.
     retry_in_s: float | None = None
@@ -143,7 +165,7 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         claim = claim_run(session, run_id, worker=worker, now=utcnow(), lease_s=settings.lease_s)
     if isinstance(claim, Skipped):
         log.info("run_skipped run_id=%s reason=%s", run_id, claim.reason)
-        return AttemptResult(run_id, "skipped", claim.reason)
+        return AttemptResult(run_id, AttemptStatus.skipped, claim.reason)
     log.info("run_claimed run_id=%s attempt=%s sha=%s profile=%s worker=%s", run_id, claim.attempt, claim.sha, claim.profile, worker)
     heartbeat = Heartbeat(factory, run_id, claim.attempt, lease_s=settings.lease_s, interval_s=settings.heartbeat_s)
     with heartbeat:
@@ -151,15 +173,15 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
             outcome = _attempt(claim, settings, heartbeat)
         except LeaseLostError as exc:
             log.warning("run_abandoned run_id=%s attempt=%s reason=%s", run_id, claim.attempt, exc)
-            return AttemptResult(run_id, "lease-lost", str(exc))
+            return AttemptResult(run_id, AttemptStatus.lease_lost, str(exc))
     if outcome.status is RunStatus.uninstallable:
         return _install_failed(factory, claim, outcome, settings)
     with session_scope(factory) as session:
         stored = record_outcome(session, run_id, claim.attempt, outcome, now=utcnow())
     if not stored:
-        return AttemptResult(run_id, "lease-lost", "another attempt holds the run")
+        return AttemptResult(run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
-    return AttemptResult(run_id, outcome.status.value, outcome.error)
+    return AttemptResult(run_id, AttemptStatus(outcome.status.value), outcome.error)
 
 
 def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: RunOutcome, settings: WorkerSettings) -> AttemptResult:
@@ -169,10 +191,10 @@ def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: Run
             session, claim.run_id, claim.attempt, outcome, now=utcnow(), retry=settings.install_retry(), grace_s=settings.lease_s
         )
     if failure is None:
-        return AttemptResult(claim.run_id, "lease-lost", "another attempt holds the run")
+        return AttemptResult(claim.run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     if failure.retry_in_s is None:
         log.warning("run_uninstallable run_id=%s attempts=%s error=%s", claim.run_id, failure.failures, outcome.error)
-        return AttemptResult(claim.run_id, RunStatus.uninstallable.value, outcome.error)
+        return AttemptResult(claim.run_id, AttemptStatus.uninstallable, outcome.error)
     log.warning(
         "run_install_failed run_id=%s attempt=%s failures=%s retry_in_s=%g error=%s",
         claim.run_id,
@@ -181,7 +203,7 @@ def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: Run
         failure.retry_in_s,
         outcome.error,
     )
-    return AttemptResult(claim.run_id, RunStatus.queued.value, outcome.error, retry_in_s=failure.retry_in_s)
+    return AttemptResult(claim.run_id, AttemptStatus.retrying, outcome.error, retry_in_s=failure.retry_in_s)
 
 
 def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> RunOutcome:
