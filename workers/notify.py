@@ -158,7 +158,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         AlertKind.exception: "Sampler exception on a valid input",
         AlertKind.uninstallable: "Could not install",
     }[alert.kind]
-    verb = "Resolved" if event == "resolved" else ""
+    verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
     header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
@@ -193,11 +193,14 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     if event == "resolved":
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
     else:
-        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50.
+        if event == "reopened":
+            again = f"It had been resolved; it fails again (reopened {alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''})."
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": again}})
+        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
         lines = [
             _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e.get("case_id") in findings else None) for e in alert.cases
         ]
-        blocks.extend(_sections(lines, MAX_BLOCKS - 6))
+        blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Confirmation:* {confirmation}"}]})
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{dashboard}|Open on the dashboard>"}})
     distinct = {f.key: f for f in findings.values()}.values()
@@ -207,11 +210,16 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
 
 
 def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str) -> int:
-    """An outbox row for Slack about ``alert`` (``opened`` or ``resolved``); 0 when Slack is not configured."""
+    """An outbox row for Slack about ``alert`` (``opened``, ``resolved`` or ``reopened``); 0 when Slack is not configured.
+
+    The dedup key names the alert's life (its reopen count after the first): a reopened alert's next
+    resolution is a new message, not a duplicate of the first one.
+    """
     if not config.slack:
         return 0
+    life = f":{alert.reopened_count}" if alert.reopened_count else ""
     row = Notification(
-        dedup_key=f"alert:{alert.id}:{event}:slack",
+        dedup_key=f"alert:{alert.id}:{event}{life}:slack",
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,

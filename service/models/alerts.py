@@ -73,6 +73,10 @@ class Alert(Base):
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     resolved_by_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id", ondelete="SET NULL"))
+    # How often it failed again after being resolved, and when it last did (reopened with a notification,
+    # never merged quietly into the resolved alert).
+    reopened_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    reopened_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     target: Mapped[Target] = relationship()
     first_bad_commit: Mapped[Commit] = relationship(foreign_keys=[first_bad_commit_id])

@@ -88,4 +88,25 @@ def open_alert(
     new = [e for e in entries if e["case_id"] not in known]
     if new:
         existing.cases = [*existing.cases, *new]
+    if existing.state is AlertState.resolved:
+        reopen(ctx, existing, detected)
+    elif new:
         report.merged.append(existing.id)
+
+
+def reopen(ctx: Analysis, alert: Alert, detected: Run) -> None:
+    """Open resolved ``alert`` again, visibly: its finding is back (the same first bad commit named once more).
+
+    Never a quiet merge: the alert counts the reopening and Slack gets a "reopened" message.
+    """
+    alert.state = AlertState.open
+    alert.resolved_at = None
+    alert.resolved_by_commit_id = None
+    alert.acknowledged_at = None
+    alert.detected_run_id = detected.id
+    alert.reopened_count += 1
+    alert.reopened_at = ctx.now
+    ctx.session.flush()
+    ctx.report.reopened.append(alert.id)
+    ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "reopened")
+    log.warning("alert_reopened alert_id=%s kind=%s times=%s", alert.id, alert.kind.value, alert.reopened_count)
