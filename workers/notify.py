@@ -194,7 +194,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
     else:
         if event == "reopened":
-            again = f"It had been resolved; it fails again (reopened {alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''})."
+            times = f"{alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''}"
+            again = f"It had been resolved; it fails again (reopened {times})."
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": again}})
         # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
         lines = [
