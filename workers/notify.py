@@ -157,6 +157,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         AlertKind.broken: "Broken commit",
         AlertKind.exception: "Sampler exception on a valid input",
         AlertKind.uninstallable: "Could not install",
+        AlertKind.configuration: "Configuration error",
     }[alert.kind]
     verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
     header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
@@ -166,6 +167,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.kind is AlertKind.configuration:
+        confirmation = "not a test result: the target's repository cannot be used, whatever the commit (one alert per target)"
     elif alert.kind is AlertKind.uninstallable:
         confirmation = "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)"
     elif alert.confirmed and alert.kind is AlertKind.exception:

@@ -19,6 +19,7 @@ class AlertKind(enum.StrEnum):
     broken = "broken"  # the commit does not import or crashes the suite
     exception = "exception"  # the sampler raised on a valid input: a finding about the sampler
     uninstallable = "uninstallable"  # could not install (a missing dependency, the index unreachable), persistently
+    configuration = "configuration"  # the target's repository cannot be used: one alert per target, not per commit
 
 
 class AlertState(enum.StrEnum):

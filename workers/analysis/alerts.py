@@ -26,6 +26,7 @@ _WHAT = {
     AlertKind.broken: "broken commit",
     AlertKind.exception: "sampler exception on a valid input",
     AlertKind.uninstallable: "could not install",
+    AlertKind.configuration: "configuration error",
 }
 
 
@@ -33,6 +34,9 @@ def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, ent
     if kind is AlertKind.uninstallable:
         requirement = next((e.get("requirement") for e in entries if e.get("requirement")), None)
         return f"could not install {target.name} {first_bad.sha[:24]}" + (f": {requirement}" if requirement else "")
+    if kind is AlertKind.configuration:
+        cause = next((e.get("error") for e in entries if e.get("error")), None)
+        return f"configuration error of {target.name}: its repository cannot be used" + (f" ({cause[:300]})" if cause else "")
     cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
     return f"{_WHAT[kind]} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"
 
