@@ -230,9 +230,11 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
                 outcome = _run_suite(claim, command, scratch, settings, heartbeat)
                 return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
         except CheckoutError as exc:
+            configuration = exc.configuration or exc.transient  # the remote is the target's, whatever the commit
             if exc.transient:  # the remote could not be reached: this commit's source could not be installed
-                return RunOutcome(RunStatus.uninstallable, error=f"could not install: {claim.sha[:12]} (checkout failed: {exc})")
-            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}")
+                error = f"could not install: {claim.sha[:12]} (checkout failed: {exc})"
+                return RunOutcome(RunStatus.uninstallable, error=error, configuration_error=configuration)
+            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}", configuration_error=configuration)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -157,8 +157,9 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         AlertKind.broken: "Broken commit",
         AlertKind.exception: "Sampler exception on a valid input",
         AlertKind.uninstallable: "Could not install",
+        AlertKind.configuration: "Configuration error",
     }[alert.kind]
-    verb = "Resolved" if event == "resolved" else ""
+    verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
     header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
@@ -166,6 +167,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.kind is AlertKind.configuration:
+        confirmation = "not a test result: the target's repository cannot be used, whatever the commit (one alert per target)"
     elif alert.kind is AlertKind.uninstallable:
         confirmation = "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)"
     elif alert.confirmed and alert.kind is AlertKind.exception:
@@ -193,11 +196,15 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     if event == "resolved":
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
     else:
-        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50.
+        if event == "reopened":
+            times = f"{alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''}"
+            again = f"It had been resolved; it fails again (reopened {times})."
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": again}})
+        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
         lines = [
             _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e.get("case_id") in findings else None) for e in alert.cases
         ]
-        blocks.extend(_sections(lines, MAX_BLOCKS - 6))
+        blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Confirmation:* {confirmation}"}]})
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{dashboard}|Open on the dashboard>"}})
     distinct = {f.key: f for f in findings.values()}.values()
@@ -207,11 +214,16 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
 
 
 def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str) -> int:
-    """An outbox row for Slack about ``alert`` (``opened`` or ``resolved``); 0 when Slack is not configured."""
+    """An outbox row for Slack about ``alert`` (``opened``, ``resolved`` or ``reopened``); 0 when Slack is not configured.
+
+    The dedup key names the alert's life (its reopen count after the first): a reopened alert's next
+    resolution is a new message, not a duplicate of the first one.
+    """
     if not config.slack:
         return 0
+    life = f":{alert.reopened_count}" if alert.reopened_count else ""
     row = Notification(
-        dedup_key=f"alert:{alert.id}:{event}:slack",
+        dedup_key=f"alert:{alert.id}:{event}{life}:slack",
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,

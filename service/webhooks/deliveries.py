@@ -7,7 +7,7 @@ A redelivery changes nothing. Nothing here commits; the route does, then enqueue
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -124,12 +124,28 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
 
 
 def _record_push(session: Session, target: Target, branch: str, push: PushEvent, options: RunOptions) -> Recorded:
-    """Add the push's unknown commits to ``target`` (in branch order) and runs per its policy."""
-    return record_and_queue(session, target, branch, [_described(c) for c in push.pushed_commits()], head=push.after, options=options)
+    """Add the push's unknown commits to ``target`` (in git order) and runs per its policy."""
+    return record_and_queue(session, target, branch, pushed_commits(push), head=push.after, options=options)
+
+
+def pushed_commits(push: PushEvent) -> list[NewCommit]:
+    """The push's commits as :func:`service.ingest.record_commits` takes them, oldest first.
+
+    GitHub's payload carries no parents, but lists the pushed commits oldest first after ``before``: each is
+    taken as the next one's first parent (exact for a linear push; a merge's side commits are approximated, so
+    they are marked inexact, and the parents git reports later, from a poll or the mirror, replace them).
+    That is what puts a late push of a head's ancestors before the head a poll recorded.
+    """
+    previous = None if push.before in ZERO_SHA else push.before
+    described = []
+    for pushed in push.pushed_commits():
+        described.append(replace(_described(pushed), parents=(previous,) if previous else (), exact_parents=False))
+        previous = pushed.id
+    return described
 
 
 def _described(pushed: PushCommit) -> NewCommit:
-    """A commit as a push describes it. GitHub's push payload carries no parents; they stay unknown ([])."""
+    """A commit as a push describes it (its parents: :func:`pushed_commits`)."""
     author = None
     if pushed.author is not None and (pushed.author.name or pushed.author.email):
         author = " ".join(filter(None, [pushed.author.name, f"<{pushed.author.email}>" if pushed.author.email else None]))
