@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: Where a text cut by :func:`cut` ends.
-CUT_MARKER = "… [cut]"
+from service.textlimits import CUT_MARKER, cut
+
+__all__ = ["CUT_MARKER", "TEXT_MAX", "cut", "drift_range", "drift_text", "mrkdwn"]
+
 #: The most characters of one library-provided text in a message (an error's first line, a case id).
 TEXT_MAX = 500
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` whole if it has at most ``limit`` characters, else its start and :data:`CUT_MARKER` in ``limit``."""
-    return text if len(text) <= limit else text[: max(0, limit - len(CUT_MARKER))] + CUT_MARKER
 
 
 def mrkdwn(value: object, limit: int = TEXT_MAX) -> str:
