@@ -1,8 +1,10 @@
-# syntax=docker/dockerfile:1
 # specwatch images, from one Dockerfile (docker-compose.yml builds both):
 #
-#   api     the control plane: FastAPI app, `specwatch` CLI, Alembic migrations. No torch.
+#   api     the control plane: FastAPI app, `specwatch` CLI, the migrations (`specwatch db upgrade`). No torch.
 #   worker  Celery workers that run the suite: torch, git, and transformers' runtime dependencies.
+#
+# Both install the project's wheel (stage `wheel`), as users install it: the api image with the `server` extra's
+# requirements but without torch, numpy and scipy; the worker image with everything.
 #
 #   docker build --target api    -t specwatch-api .
 #   docker build --target worker -t specwatch-worker:cuda .                                # CUDA torch (PyPI's Linux build)
@@ -30,25 +32,33 @@ WORKDIR /app
 
 # ------------------------------------------------------------------------------------- requirements
 # The dependency lists from pyproject.toml, so that installing them is a layer cached until it changes
-# (the package's own code, copied later, changes far more often).
+# (the package's own code, copied later, changes far more often). The api's list is the `server` extra and the
+# library's command-line requirements, without the suite's torch, numpy and scipy.
 FROM base AS requirements
 COPY pyproject.toml ./
 RUN set -eu; \
-    deps='import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + [r for e in sys.argv[1:] for r in p["optional-dependencies"][e]]))'; \
-    python -c "$deps" > requirements-api.txt; \
-    python -c "$deps" suite > requirements-worker.txt
+    deps='import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; suite = ("torch", "numpy", "scipy"); base = [r for r in p["dependencies"] if sys.argv[1] == "worker" or not r.startswith(suite)]; print("\n".join(base + p["optional-dependencies"]["server"]))'; \
+    python -c "$deps" api > requirements-api.txt; \
+    python -c "$deps" worker > requirements-worker.txt
+
+# -------------------------------------------------------------------------------------------- wheel
+# The project's wheel: the library, the server and the migrations (service/migrations links to migrations/).
+FROM base AS wheel
+COPY pyproject.toml README.md ./
+COPY specwatch ./specwatch
+COPY service ./service
+COPY workers ./workers
+COPY migrations ./migrations
+RUN pip wheel --no-deps --wheel-dir /dist .
 
 # -------------------------------------------------------------------------------------- api (build)
 FROM base AS api-build
 RUN python -m venv /opt/venv
 COPY --from=requirements /app/requirements-api.txt /tmp/requirements.txt
 RUN pip install --requirement /tmp/requirements.txt
-COPY pyproject.toml README.md ./
-COPY service ./service
-COPY workers ./workers
-COPY specwatch ./specwatch
-# Without the `suite` extra: no torch, numpy or scipy in the control plane.
-RUN pip install --no-deps . \
+# The wheel without its dependencies (those are installed above): no torch, numpy or scipy in the control plane.
+COPY --from=wheel /dist /dist
+RUN pip install --no-deps /dist/*.whl \
     && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 
 # ----------------------------------------------------------------------------------- worker (build)
@@ -80,11 +90,8 @@ RUN pip install "transformers==${TRANSFORMERS_VERSION}" \
     && pip uninstall --yes transformers
 COPY --from=requirements /app/requirements-worker.txt /tmp/requirements.txt
 RUN pip install --requirement /tmp/requirements.txt
-COPY pyproject.toml README.md ./
-COPY service ./service
-COPY workers ./workers
-COPY specwatch ./specwatch
-RUN pip install --no-deps . \
+COPY --from=wheel /dist /dist
+RUN pip install --no-deps /dist/*.whl \
     && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
 # -------------------------------------------------------------------------------------------- worker
@@ -110,9 +117,6 @@ CMD ["celery", "-A", "workers.celery_app", "worker", "-Q", "gpu", "--concurrency
 # Last, so that a plain `docker build .` gives the api image.
 FROM base AS api
 COPY --from=api-build /opt/venv /opt/venv
-# `alembic upgrade head` runs from /app (the migrate service).
-COPY alembic.ini ./
-COPY migrations ./migrations
 USER specwatch
 EXPOSE 8000
 CMD ["uvicorn", "--factory", "service.app:create_app", "--host", "0.0.0.0", "--port", "8000"]

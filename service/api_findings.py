@@ -2,7 +2,7 @@
 (read, edit, remove).
 
 Reads follow the API's read auth; writes need a write token (:mod:`service.auth`). Validation is
-:mod:`service.findings` (the same rules and messages as the CLI): 422 with the reason; a taken key is 409; an
+:mod:`specwatch.findings` (the same rules and messages as the CLI): 422 with the reason; a taken key is 409; an
 unknown target or key 404. The request's session commits when the route returns (:mod:`service.deps`).
 """
 
@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.auth import ReadAuth, WriteAuth
 from service.deps import SessionDep
-from service.findings import FindingError, FindingExistsError
 from service.models import FindingState
 from service.queries import (
     FindingRow,
@@ -28,6 +27,7 @@ from service.queries import (
     remove_finding,
     seed_target_findings,
 )
+from specwatch.findings import FindingError, FindingExistsError
 
 _ERRORS: dict[int | str, dict[str, str]] = {
     401: {"description": "no valid token"},

@@ -33,8 +33,9 @@ from service.queries.findings import (
     seed_findings,
     seed_target_findings,
 )
-from service.queries.runs import CaseRow, RunDetail, coverage_summary, run_detail
+from service.queries.runs import CaseRow, RunDetail, run_detail
 from service.queries.targets import BranchHead, TargetSummary, runs_by_status, targets_overview
+from specwatch.report import coverage_summary
 
 __all__ = [
     "MAX_HISTORY",

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.auth import hash_token
-from service.findings import shipped_findings
 from service.models import KnownFinding
 from service.settings import Settings
+from specwatch.findings import shipped_findings
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from service.cli.check import mark_known, outcome, results_table
-from service.cli.check import tested as what_was_tested
-from service.cli.exits import OK, VIOLATION
-from service.findings import Finding, FindingError, edited, first_match, make_finding, shipped_findings, shipped_matches
 from service.models import FindingState
-from service.report import markdown_report
+from specwatch.cli.check import mark_known, outcome, results_table
+from specwatch.cli.check import tested as what_was_tested
+from specwatch.findings import Finding, FindingError, edited, first_match, make_finding, shipped_findings, shipped_matches
+from specwatch.protocol import ExitStatus
+from specwatch.report import markdown_report
 
 FINDINGS_MD = Path(__file__).parents[3] / "docs" / "findings.md"
 
@@ -322,21 +322,21 @@ def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> Non
 @pytest.mark.parametrize(
     ("results", "strict", "code", "line"),
     [
-        ([KNOWN, ALSO_KNOWN, PASSED], False, OK, "2 of 3 case(s) failed, both known findings; --strict to fail on them"),
-        ([KNOWN, ALSO_KNOWN, PASSED], True, VIOLATION, "2 of 3 case(s) failed, both known findings (--strict)"),
-        ([KNOWN, PASSED], False, OK, "1 of 2 case(s) failed, a known finding; --strict to fail on it"),
-        ([KNOWN, NEW, PASSED], False, VIOLATION, "2 of 3 case(s) failed: 1 new, 1 known finding(s)"),
-        ([NEW, PASSED], False, VIOLATION, "1 of 2 case(s) failed"),
+        ([KNOWN, ALSO_KNOWN, PASSED], False, ExitStatus.OK, "2 of 3 case(s) failed, both known findings; --strict to fail on them"),
+        ([KNOWN, ALSO_KNOWN, PASSED], True, ExitStatus.VIOLATION, "2 of 3 case(s) failed, both known findings (--strict)"),
+        ([KNOWN, PASSED], False, ExitStatus.OK, "1 of 2 case(s) failed, a known finding; --strict to fail on it"),
+        ([KNOWN, NEW, PASSED], False, ExitStatus.VIOLATION, "2 of 3 case(s) failed: 1 new, 1 known finding(s)"),
+        ([NEW, PASSED], False, ExitStatus.VIOLATION, "1 of 2 case(s) failed"),
         (
             [KNOWN, PASSED, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
             False,
-            OK,
+            ExitStatus.OK,
             "1 of 3 case(s) failed, a known finding, 1 skipped (not reachable or not run: see each reason); --strict to fail on it",
         ),
         (
             [NEW, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
             False,
-            VIOLATION,
+            ExitStatus.VIOLATION,
             "1 of 2 case(s) failed, 1 skipped (not reachable or not run: see each reason)",
         ),
     ],
@@ -344,15 +344,15 @@ def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> Non
 def test_check_exits_1_only_for_new_failures_unless_strict(results: list[dict[str, Any]], strict: bool, code: int, line: str) -> None:
     results = [dict(r) for r in results]
     known = mark_known(_run(*results), results)
-    assert outcome(results, known, strict=strict, suite_code=VIOLATION) == (code, line)
+    assert outcome(results, known, strict=strict, suite_code=ExitStatus.VIOLATION) == (code, line)
 
 
 @pytest.mark.unit
 def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
-    assert outcome([dict(PASSED)], {}, strict=True, suite_code=OK) == (OK, "all 1 case(s) passed")
+    assert outcome([dict(PASSED)], {}, strict=True, suite_code=ExitStatus.OK) == (ExitStatus.OK, "all 1 case(s) passed")
     skipped = {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}
-    assert outcome([dict(PASSED), skipped], {}, strict=True, suite_code=OK) == (
-        OK,
+    assert outcome([dict(PASSED), skipped], {}, strict=True, suite_code=ExitStatus.OK) == (
+        ExitStatus.OK,
         "1 case(s) passed, 1 skipped (not reachable or not run: see each reason)",
     )
     results = [dict(KNOWN), dict(NEW)]
