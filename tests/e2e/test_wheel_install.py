@@ -86,7 +86,7 @@ def installed(bin_dir: Path) -> set[str]:
     return {line.split("==")[0].lower() for line in listed.stdout.split()}
 
 
-MAINTAINERS_TEST = '''
+MAINTAINERS_TEST = """
     from specwatch import assert_lossless
 
     import sampler_bad
@@ -99,7 +99,7 @@ MAINTAINERS_TEST = '''
 
     def test_the_swapped_residual_is_caught():
         assert_lossless(sampler_bad.speculative_sample, cases=["direct/far_apart/*"], quick=True)
-'''
+"""
 
 
 def test_the_library_wheel_installs_no_server_and_asserts_losslessness(wheel: Path, tmp_path: Path) -> None:
