@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from specwatch.experiments import ChainExperiment, EdgeExperiment, Experiment, Extreme
+from specwatch.edges import EdgeExperiment, Extreme
+from specwatch.experiments import ChainExperiment, Experiment
 from specwatch.sampling import Processing, Sampler, SpecStep
 
 NEG_INF = float("-inf")

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specwatch.cases import Case
-from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Layer, Observation, Violation
-from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Verdict, capped_e, finite_or_none
+from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
+from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
 from specwatch.sampling import TargetRaised
 from specwatch.stats import (
     SEQUENTIAL_INFLATION,

@@ -46,6 +46,14 @@ class ResultSchemaError(ValueError):
     """A run result that this reader cannot take: another ``schema``, or not the shape that schema says."""
 
 
+class Layer(enum.StrEnum):
+    """LOSSLESS: emitted tokens follow the target law (what users need). CONFORMANCE: the exact
+    Leviathan/Chen acceptance behaviour (a lossless change that lowers acceptance is slower)."""
+
+    LOSSLESS = "lossless"
+    CONFORMANCE = "conformance"
+
+
 class Failure(enum.StrEnum):
     """Why a case failed: a layer's law is refuted, or the target raised on a valid input."""
 
@@ -144,6 +152,12 @@ class CaseResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def failed_layers(self) -> tuple[Layer, ...]:
+        """The layers whose law this case refuted, losslessness first."""
+        return tuple(
+            layer for layer, verdict in ((Layer.LOSSLESS, self.lossless), (Layer.CONFORMANCE, self.conformance)) if verdict == Verdict.FAIL
+        )
 
     @classmethod
     def from_json(cls, data: Any) -> CaseResult:

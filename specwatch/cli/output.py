@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 #: Progress, messages and errors.
 console = Console(stderr=True)
@@ -19,8 +20,9 @@ out = Console(width=None if sys.stdout.isatty() else 180)
 
 
 def fail(message: str, code: int) -> NoReturn:
-    """One line on stderr, then exit with ``code`` (never a traceback)."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """One line on stderr, then exit with ``code`` (never a traceback). ``message`` is plain text: brackets in it
+    (``specwatch[server]``, a path, a library's error) are shown, not read as markup."""
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -25,7 +25,8 @@ from specwatch.conditional import (
     pit_null,
     processing_margin,
 )
-from specwatch.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
+from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
+from specwatch.protocol import Layer
 from specwatch.sampling import FixtureError, Processing, TargetRaised
 from specwatch.targets.transformers.bindings import AdapterError, generation_config_fields
 from specwatch.targets.transformers.models import E2E_VOCAB, UNREACHABLE_EOS, ModelFactory, resolve_options, tiny_models

@@ -34,7 +34,8 @@ from numpy.typing import NDArray
 
 from specwatch.cases import Case
 from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
-from specwatch.experiments import CheckSpec, CoverageDesign, Layer, Observation, Violation
+from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
+from specwatch.protocol import Layer
 from specwatch.sampling import FixtureError, Processing, TargetRaised
 from specwatch.targets.vllm.acceptance import (
     ACCEPTANCE_CHECK,
@@ -46,19 +47,15 @@ from specwatch.targets.vllm.acceptance import (
     verification_steps,
 )
 from specwatch.targets.vllm.engines import (
-    E2E_VOCAB,
-    EAGLE3_DRAFT_TOKENS,
     GAMMA,
     EngineError,
-    conditional_logits,
     discard_engines,
     engine,
-    next_token_logits,
     records_verification_steps,
     sampling_params,
-    tiny_models,
     unavailable,
 )
+from specwatch.targets.vllm.models import E2E_VOCAB, EAGLE3_DRAFT_TOKENS, conditional_logits, next_token_logits, tiny_models
 
 E2E_LENGTH = 3
 #: Tokens each trial generates; the conditional check tests all of them (about three verification rounds).

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from specwatch.cases import Case
-from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Layer, Observation
-from specwatch.protocol import Verdict
+from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation
+from specwatch.protocol import Layer, Verdict
 from specwatch.runner import SuiteConfig, run_case
 
 DESIGN = CoverageDesign(min_drafts=2, min_rounds=3)

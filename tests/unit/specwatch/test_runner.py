@@ -12,9 +12,10 @@ import torch
 from scipy import stats
 
 from specwatch.cases import CASES, EDGE_CASES, Case, select
-from specwatch.experiments import EDGE_TRIALS, CheckSpec, Extreme, Layer, Observation, forced_uniforms
+from specwatch.edges import EDGE_TRIALS, Extreme, forced_uniforms
+from specwatch.experiments import CheckSpec, Observation
 from specwatch.mutants import MUTANTS
-from specwatch.protocol import E_VALUE_CAP, Failure, Verdict
+from specwatch.protocol import E_VALUE_CAP, Failure, Layer, Verdict
 from specwatch.runner import SuiteConfig, derive_seed, run_case, run_suite
 from specwatch.sampling import SpecStep, reference_sampler
 from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, plan_test

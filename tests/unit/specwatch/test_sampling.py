@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from specwatch.cases import CASES
-from specwatch.experiments import ChainExperiment, Layer
+from specwatch.experiments import ChainExperiment
+from specwatch.protocol import Layer
 from specwatch.sampling import Processing, SpecOutput, SpecStep, assemble, inverse_cdf, reference_sampler
 
 N = 20_000

@@ -15,17 +15,16 @@ from specwatch.conditional import MIN_REMOVED
 from specwatch.laws import sequence_law
 from specwatch.sampling import Processing
 from specwatch.targets.vllm.e2e import PROCESSING_ON, PROMPT, processed_law
-from specwatch.targets.vllm.engines import (
+from specwatch.targets.vllm.engines import EngineError, unavailable
+from specwatch.targets.vllm.models import (
     E2E_VOCAB,
     EAGLE3_AUX_LAYERS,
     EAGLE3_DRAFT_TOKENS,
-    EngineError,
     conditional_logits,
     next_token_logits,
     save_tiny_eagle3,
     target_oracle,
     tiny_models,
-    unavailable,
 )
 
 

@@ -1,4 +1,5 @@
-"""Operations endpoints: ``/readyz`` (database and broker) and Prometheus ``/metrics``.
+"""Operations endpoints: ``/healthz`` (liveness and the database), ``/readyz`` (database and broker) and
+Prometheus ``/metrics``.
 
 ``/metrics`` is collected at scrape time from the database (runs by status, alerts by kind and state) and the broker (queue depth:
 the length of the Redis lists Celery keeps for the ``gpu`` and ``default`` queues), plus a histogram of
@@ -19,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,6 +36,19 @@ BROKER_TIMEOUT_S = 1.0
 WEBHOOK_PATH = "/webhooks/github"
 
 router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", responses={503: {"description": "the database is unreachable"}})
+def healthz(session: SessionDep, response: Response) -> dict[str, str]:
+    """Liveness and database reachability."""
+    try:
+        session.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        session.rollback()
+        log.warning("healthz database_unreachable error=%s", exc.orig)
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        return {"status": "database unreachable"}
+    return {"status": "ok"}
 
 
 def _redis_client(url: str) -> redis.Redis | None:

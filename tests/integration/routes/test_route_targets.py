@@ -38,7 +38,7 @@ def client(rolled_back_factory: sessionmaker[Session]) -> Iterator[TestClient]:
         env="test", database_url="postgresql+psycopg://unused", webhook_secret=SecretStr("x"), api_token_hashes=[hash_token(TOKEN)]
     )
     with TestClient(create_app(settings, session_factory=rolled_back_factory, producer=NoProducer())) as client:
-        # Writes need a write token (service.auth; its refusals are tested in test_api_query.py).
+        # Writes need a write token (service.auth; its refusals are tested in test_route_queries.py).
         client.headers["Authorization"] = f"Bearer {TOKEN}"
         yield client
 
