@@ -31,6 +31,7 @@ from service.history import on_branch
 from service.models import Commit, CommitPolicy, Run, RunPurpose, RunStatus, Target
 from service.releases import release_sha
 from service.settings import Settings
+from service.textlimits import cut
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,13 @@ class RunOptions:
             queued_lease=timedelta(seconds=settings.queued_lease_s),
             status_dashboard_url=settings.dashboard_url if token is not None and token.get_secret_value() else None,
         )
+
+
+#: The most characters stored of a commit's message and of its author (name and email), whoever found the
+#: commit (a signed push, git, a poller); longer ones are cut with a marker (issue 28, item 6). A message
+#: longer than 16 KiB is rare (squash merges), and the timeline shows only its first line.
+COMMIT_MESSAGE_MAX = 16 * 1024
+AUTHOR_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -110,9 +118,9 @@ def record_commits(session: Session, target: Target, branch: str | None, commits
             parents=list(described.parents),
             branch=branch,
             branch_order=order,
-            author=described.author,
+            author=cut(described.author, AUTHOR_MAX),
             committed_at=committed_at,
-            message=described.message,
+            message=cut(described.message, COMMIT_MESSAGE_MAX),
         )
         session.add(commit)
         known[commit.sha] = commit

@@ -52,6 +52,7 @@ from service.targets import RepoPolicy
 from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
 from workers.checkout import CheckoutError, MirrorCache
 from workers.isolation import Sandbox, resolve_sandbox
+from workers.limits import RunLimits
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
@@ -269,6 +270,7 @@ def _suite_command(
 ) -> SuiteCommand:
     device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
     memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
+    total = settings.memory_total_limit_mb * 1024 * 1024 if settings.memory_total_limit_mb and device.startswith("cpu") else None
     sandbox = sandbox_of(settings)
     return SuiteCommand(
         python=settings.suite_python,
@@ -284,6 +286,7 @@ def _suite_command(
         pip=pip,
         env=env,
         sandbox=sandbox,
+        limits=RunLimits(max_processes=settings.sandbox_max_processes, memory_total_bytes=total),
     )
 
 
@@ -353,8 +356,12 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         "seed": command.seed,
         "cases": result.results if result is not None else (),
     }
-    if outcome.timed_out:
-        error = f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
+    if outcome.timed_out or outcome.limit is not None:
+        error = (
+            f"the suite reached {outcome.limit} and was killed"
+            if outcome.limit is not None
+            else f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
+        )
         return RunOutcome(RunStatus.error, error=error, **common)
     if unreadable is not None:
         return RunOutcome(RunStatus.error, error=f"the suite's result file cannot be read by this worker: {unreadable}", **common)
