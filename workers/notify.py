@@ -34,6 +34,7 @@ from service.alert_text import cut, drift_text, mrkdwn
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
+from service.models.entries import AlertEntry, alert_entries
 from service.queries import FindingLink, alert_findings
 from service.releases import release_version
 from specwatch.findings import is_web_link
@@ -104,21 +105,23 @@ def _md(text: str) -> dict[str, Any]:
     return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
-def _case_line(entry: dict[str, Any], known: str | None = None) -> str:
+def _case_line(entry: AlertEntry, known: str | None = None) -> str:
     """One alert entry in Slack mrkdwn. Its texts (case id, reason, error) come from the run's result file or
     its error, so from the code under test: each is made literal and cut (:func:`service.alert_text.mrkdwn`)."""
     if known:
         return f"{_case_line(entry)} — {known}"[:MAX_SECTION_TEXT]
-    case_id, reason = mrkdwn(entry.get("case_id"), 200), mrkdwn(entry.get("reason"), 50)
-    if entry.get("reason") == "broken":
-        return f"*suite error*: {mrkdwn(entry.get('error') or 'the suite could not run')}"
-    if entry.get("reason") == "uninstallable":
-        return f"*could not install*: {mrkdwn(entry.get('error') or entry.get('requirement') or 'pip failed')}"
-    if entry.get("reason") == "exception":
-        return f"• `{case_id}` (the sampler raised on a valid input): {mrkdwn(entry.get('error') or '—')}"
+    case_id, reason = mrkdwn(entry["case_id"], 200), mrkdwn(entry["reason"], 50)
+    if entry["reason"] == "broken":
+        return f"*suite error*: {mrkdwn(entry['error'] or 'the suite could not run')}"
+    if entry["reason"] == "uninstallable":
+        return f"*could not install*: {mrkdwn(entry['error'] or entry['requirement'] or 'pip failed')}"
+    if entry["reason"] == "configuration":
+        return f"*configuration error*: {mrkdwn(entry['error'] or 'the repository cannot be used')}"
+    if entry["reason"] == "raised":
+        return f"• `{case_id}` (the sampler raised on a valid input): {mrkdwn(entry['error'] or '—')}"
     e_value = (
         "∞ (impossible observation)"
-        if entry.get("log_e_value") is None and entry.get("reason") != "drift"
+        if entry.get("log_e_value") is None and entry["reason"] != "drift"
         else _fmt(entry.get("e_value"), ".3g")
     )
     line = (
@@ -184,7 +187,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         confirmation = "confirmed by a second run with fresh seeds (the target raised again)"
     elif alert.confirmed:
         confirmation = "confirmed by a second run with fresh seeds (the same checks' stopped e-values multiplied, or rejecting again)"
-    elif any(e.get("reason") == "drift" for e in alert.cases):
+    elif any(e["reason"] == "drift" for e in alert_entries(alert.cases)):
         confirmation = "acceptance drift against the recent passing baseline (Hoeffding-calibrated)"
     else:
         confirmation = "not confirmed (confirmation runs are off)"
@@ -211,7 +214,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
             blocks.append({"type": "section", "text": _md(again)})
         # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
         lines = [
-            _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e.get("case_id") in findings else None) for e in alert.cases
+            _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e["case_id"] in findings else None)
+            for e in alert_entries(alert.cases)
         ]
         blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})

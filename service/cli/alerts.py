@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,7 @@ from rich.table import Table
 from service.alert_text import drift_text
 from service.cli.database import reading
 from service.models import AlertKind, AlertState
+from service.models.entries import AlertEntry
 from service.queries import AlertRow, AlertStateError, list_alerts, set_alert_state
 from specwatch.cli.output import console, fail, out, print_json
 from specwatch.protocol import ExitStatus
@@ -25,10 +26,10 @@ from specwatch.protocol import ExitStatus
 alerts_app = typer.Typer(help="List, acknowledge and resolve alerts.", invoke_without_command=True)
 
 
-def _case_text(entry: dict[str, Any]) -> str:
+def _case_text(entry: AlertEntry) -> str:
     """A case of an alert: its id, and for a drift the figures and the per-trial range the test used."""
     drift = drift_text(entry)
-    return escape(str(entry.get("case_id")) if drift is None else f"{entry.get('case_id')} (drift: {drift})")
+    return escape(entry["case_id"] if drift is None else f"{entry['case_id']} (drift: {drift})")
 
 
 def _alert_table(alerts: list[AlertRow]) -> Table:

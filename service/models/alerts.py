@@ -10,6 +10,7 @@ from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueCon
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.models.base import Base, UTCDateTime, enum_column
+from service.models.entries import AlertEntry
 from service.models.targets import Commit, Target
 
 
@@ -68,7 +69,8 @@ class Alert(Base):
     confirmed: Mapped[bool] = mapped_column(default=False)
     # Runs spent finding the first bad commit (bisection runs, not counting the confirmation).
     bisection_runs: Mapped[int] = mapped_column(Integer, default=0)
-    cases: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # Entries of a tagged union (service.models.entries); read them with alert_entries(), which checks them.
+    cases: Mapped[list[AlertEntry]] = mapped_column(JSON, default=list)
     summary: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.models import Alert, AlertKind, AlertState, Commit, Target
+from service.models.entries import AlertEntry, alert_entries
 from service.queries.common import MAX_PAGE, NotFoundError, QueryError, get_target
 from service.queries.findings import FindingLink, FindingMatcher, alert_findings, finding_matcher
 
@@ -34,7 +34,7 @@ class AlertRow:
     confirmation_run_id: int | None
     confirmed: bool
     bisection_runs: int
-    cases: tuple[dict[str, Any], ...]
+    cases: tuple[AlertEntry, ...]
     summary: str | None
     created_at: datetime | None
     acknowledged_at: datetime | None
@@ -68,7 +68,7 @@ def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
                 confirmation_run_id=alert.confirmation_run_id,
                 confirmed=alert.confirmed,
                 bisection_runs=alert.bisection_runs,
-                cases=tuple(alert.cases or ()),
+                cases=tuple(alert_entries(alert.cases)),
                 summary=alert.summary,
                 created_at=alert.created_at,
                 acknowledged_at=alert.acknowledged_at,

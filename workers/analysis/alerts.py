@@ -8,6 +8,7 @@ the insert that created it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from service.db import insert_ignoring_conflicts
 from service.history import alert_branch
 from service.models import Alert, AlertKind, AlertState, Commit, Run, Target
+from service.models.entries import AlertEntry, alert_entries
 from workers.analysis.context import Analysis
 from workers.notify import queue_alert_message
 
@@ -30,12 +32,12 @@ _WHAT = {
 }
 
 
-def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, entries: list[dict[str, Any]]) -> str:
+def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, entries: Sequence[AlertEntry]) -> str:
     if kind is AlertKind.uninstallable:
-        requirement = next((e.get("requirement") for e in entries if e.get("requirement")), None)
+        requirement = next((e["requirement"] for e in entries if e["reason"] == "uninstallable" and e["requirement"]), None)
         return f"could not install {target.name} {first_bad.sha[:24]}" + (f": {requirement}" if requirement else "")
     if kind is AlertKind.configuration:
-        cause = next((e.get("error") for e in entries if e.get("error")), None)
+        cause = next((e["error"] for e in entries if e["reason"] == "configuration" and e["error"]), None)
         return f"configuration error of {target.name}: its repository cannot be used" + (f" ({cause[:300]})" if cause else "")
     cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
     return f"{_WHAT[kind]} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"
@@ -46,7 +48,7 @@ def open_alert(
     detected: Run,
     kind: AlertKind,
     first_bad: Commit,
-    entries: list[dict[str, Any]],
+    entries: Sequence[AlertEntry],
     *,
     last_good: Commit | None = None,
     confirmation: Run | None = None,
@@ -67,7 +69,7 @@ def open_alert(
         "last_good_commit_id": last_good.id if last_good else None,
         "confirmed": confirmation is not None,
         "bisection_runs": bisection_runs,
-        "cases": entries,
+        "cases": list(entries),
         "summary": summary(kind, target, branch, first_bad, entries),
         "created_at": ctx.now,
     }
@@ -88,10 +90,10 @@ def open_alert(
         .where(Alert.target_id == target.id, Alert.branch == branch, Alert.first_bad_commit_id == first_bad.id, Alert.kind == kind)
         .with_for_update()
     ).one()
-    known = {e["case_id"] for e in existing.cases}
+    known = {e["case_id"] for e in alert_entries(existing.cases)}
     new = [e for e in entries if e["case_id"] not in known]
     if new:
-        existing.cases = [*existing.cases, *new]
+        existing.cases = [*alert_entries(existing.cases), *new]
     if existing.state is AlertState.resolved:
         reopen(ctx, existing, detected)
     elif new:

@@ -11,19 +11,19 @@ search is a :class:`~workers.analysis.state.BisectionState` stored with the dete
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from service.models import FINISHED_STATUSES, AlertKind, Commit, Run, RunPurpose, RunStatus, Verdict
+from service.models.entries import RAISED, AlertEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis, child_run, lock_run
-from workers.analysis.decisions import CONFORMANCE, RAISED, CommitOutcome, bisect
+from workers.analysis.decisions import CONFORMANCE, CommitOutcome, bisect
 from workers.analysis.drift import still_drifting
 from workers.analysis.history import TestedRun, load_branch
-from workers.analysis.state import BisectionState, load_bisection, store_bisection
+from workers.analysis.state import BisectionState, RunAnalysis, load_analysis, load_bisection, store_bisection
 from workers.analysis.triage import raised
 
 
-def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[dict[str, Any]]) -> CommitOutcome | None:
+def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> CommitOutcome | None:
     """Good, bad or unknown (broken) for the alert's cases; None while a commit's only runs are unfinished.
 
     The commit's latest finished run decides. Bad: one of the cases fails for its entry's reason (a lossless
@@ -41,8 +41,8 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[dict[str, Any]])
         case = latest.cases.get(entry["case_id"])
         if case is None:
             continue
-        reason = entry.get("reason")
-        if reason == "drift":
+        reason = entry["reason"]
+        if entry["reason"] == "drift":
             if case.verdict is Verdict.FAIL or still_drifting(entry, case):
                 return CommitOutcome.BAD
         elif case.verdict is Verdict.FAIL and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and raised(case))):
@@ -54,8 +54,8 @@ def start_bisection(
     ctx: Analysis,
     detected: Run,
     kind: AlertKind,
-    entries: list[dict[str, Any]],
-    analysis: dict[str, Any],
+    entries: Sequence[AlertEntry],
+    analysis: RunAnalysis,
     *,
     confirmation: Run | None,
     after: Commit | None = None,
@@ -82,10 +82,10 @@ def continue_bisection(ctx: Analysis, run: Run) -> None:
         return
     state = load_bisection(detected)
     if state is not None:
-        _step(ctx, detected, dict(detected.analysis or {}), state)
+        _step(ctx, detected, load_analysis(detected), state)
 
 
-def _step(ctx: Analysis, detected: Run, analysis: dict[str, Any], state: BisectionState) -> None:
+def _step(ctx: Analysis, detected: Run, analysis: RunAnalysis, state: BisectionState) -> None:
     if state.done:
         return
     commit = detected.commit

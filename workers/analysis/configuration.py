@@ -10,12 +10,12 @@ first run that gets past the checkout resolves it.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from sqlalchemy import select
 
 from service.ingest import lock_targets
 from service.models import Alert, AlertKind, AlertState, Run
+from service.models.entries import ConfigurationEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis
 from workers.analysis.resolution import resolve
@@ -23,9 +23,9 @@ from workers.analysis.resolution import resolve
 log = logging.getLogger(__name__)
 
 
-def configuration_entry(run: Run) -> dict[str, Any]:
+def configuration_entry(run: Run) -> ConfigurationEntry:
     """The cause, as the configuration alert lists it."""
-    return {"case_id": "(target)", "reason": "configuration", "error": (run.error or "")[:500]}
+    return ConfigurationEntry(case_id="(target)", reason="configuration", error=(run.error or "")[:500])
 
 
 def open_configuration_alerts(ctx: Analysis, target_id: int) -> list[Alert]:

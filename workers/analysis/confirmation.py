@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
 
 from service.models import AlertKind, CaseResult, Run, RunStatus, Verdict
+from service.models.entries import RAISED, AlertEntry
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
-from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseEvidence, CheckEvidence, confirmation
-from workers.analysis.triage import entry, failure_reason, raised
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, confirmation
+from workers.analysis.state import RunAnalysis, load_analysis
+from workers.analysis.triage import FailureReason, entry, failure_reason, raised
 from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
 
 
-def evidence(case: CaseResult | None) -> CaseEvidence | None:
+def evidence(case: CaseResult | None) -> RunEvidence | None:
     """A stored case result as confirmation evidence (None when it measured nothing: error, skipped)."""
     if case is None or case.threshold is None or case.verdict in (Verdict.ERROR, Verdict.SKIPPED):
         return None
@@ -44,23 +45,23 @@ def evidence(case: CaseResult | None) -> CaseEvidence | None:
     certain = set(details.get("certain") or [])
     if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.FAIL:
         certain.add(failure_reason(case))  # schema 1: log E None marked a certain violation of the failed layer
-    return CaseEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case))
+    return RunEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case))
 
 
-def failed_layers(case: CaseResult) -> list[str]:
+def failed_layers(case: CaseResult) -> list[FailureReason]:
     """The layers a failing case failed in, worst first: what its confirmation may confirm."""
-    layers = [LOSSLESS] if case.lossless is False else []
+    layers: list[FailureReason] = ["lossless"] if case.lossless is False else []
     if raised(case):
         layers.append(RAISED)
     if case.conformance is False:
-        layers.append(CONFORMANCE)
+        layers.append("conformance")
     return layers or [failure_reason(case)]
 
 
-def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[dict[str, Any]]:
+def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[AlertEntry]:
     """The alert entries of the parent's failing cases that the rerun confirms, each at its worst confirmed layer."""
-    entries: list[dict[str, Any]] = []
-    for case_id in list((parent.analysis or {}).get("failing") or []):
+    entries: list[AlertEntry] = []
+    for case_id in load_analysis(parent).failing:
         before, rerun = evidence(first.get(case_id)), evidence(again.get(case_id))
         if before is None or rerun is None:
             continue
@@ -68,28 +69,26 @@ def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[st
             confirmed_by = confirmation(before, rerun, layer)
             if confirmed_by is None:
                 continue
-            entries.append(
-                entry(first[case_id], layer)
-                | {
-                    "confirmed_by": confirmed_by,
-                    "confirmation_log_e_value": again[case_id].log_e_value,
-                    "confirmation_verdict": again[case_id].verdict.value,
-                }
-            )
+            found = entry(first[case_id], layer)
+            found["confirmed_by"] = confirmed_by
+            found["confirmation_log_e_value"] = again[case_id].log_e_value
+            found["confirmation_verdict"] = again[case_id].verdict.value
+            entries.append(found)
             break
     return entries
 
 
-def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
+def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> None:
     """Confirm the parent's failing cases with ``run`` (its confirmation); confirmed ones are bisected."""
     session = ctx.session
     parent = lock_run(session, run.parent_run_id) if run.parent_run_id is not None else None
     if parent is None:
-        analysis["confirmed"] = False
+        analysis.confirmed = False
         return
     entries = _confirmed_entries(parent, load_cases(session, parent.id), cases)
-    analysis["confirmed"] = [e["case_id"] for e in entries]
-    if entries or (parent.analysis or {}).get("known_failing"):  # a known failure still fails the commit
+    analysis.confirmed = [e["case_id"] for e in entries]
+    parent_analysis = load_analysis(parent)
+    if entries or parent_analysis.known_failing:  # a known failure still fails the commit
         status = "confirmed" if entries else "failure"
     else:
         status = "unconfirmable" if run.status in (RunStatus.error, RunStatus.uninstallable) else "not-confirmed"
@@ -99,5 +98,5 @@ def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], 
         return
     reasons = {e["reason"] for e in entries}
     kind = AlertKind.violation if LOSSLESS in reasons else AlertKind.exception if RAISED in reasons else AlertKind.performance
-    analysis["confirmed_kind"] = kind.value
-    start_bisection(ctx, parent, kind, entries, dict(parent.analysis or {}), confirmation=run)
+    analysis.confirmed_kind = kind
+    start_bisection(ctx, parent, kind, entries, parent_analysis, confirmation=run)

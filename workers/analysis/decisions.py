@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from service.models import AlertKind
+from service.models.entries import RAISED
 
-#: The layers a case can fail in, and what a failure of the target itself is called (an alert entry's reason).
-LOSSLESS, CONFORMANCE, RAISED = "lossless", "conformance", "exception"
+#: The layers a case can fail in (an alert entry's reason), beside ``RAISED``: the target itself raised.
+LOSSLESS, CONFORMANCE = "lossless", "conformance"
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,9 @@ class CheckEvidence:
 
 
 @dataclass(frozen=True)
-class CaseEvidence:
-    """One case's evidence from one run, at its own threshold T = m / alpha."""
+class RunEvidence:
+    """One case's evidence from one run, at its own threshold T = m / alpha (what confirmation compares; the
+    suite's own :class:`specwatch.evidence.CaseEvidence` is the case's counts and e-processes while it runs)."""
 
     threshold: float
     checks: tuple[CheckEvidence, ...] = ()
@@ -48,7 +50,7 @@ class CaseEvidence:
         return math.log(self.threshold)
 
 
-def confirmation(first: CaseEvidence, again: CaseEvidence, layer: str) -> str | None:
+def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | None:
     """What confirms, in the rerun ``again`` (fresh seeds), that ``layer`` of the case failed in ``first``; None if nothing.
 
     Only evidence about the same layer counts (a conformance-only violation never confirms a lossless alert):

@@ -6,16 +6,14 @@ A drift is already rare at ``drift_alpha`` per run, so it is not confirmed; it i
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.history import earlier_runs
 from service.models import CaseResult, Commit, Run, RunStatus, Verdict
+from service.models.entries import DriftEntry
 from workers.analysis.context import AnalysisConfig
 from workers.analysis.decisions import AcceptanceSample, acceptance_drift, case_gamma
-from workers.analysis.triage import entry
 
 
 def per_trial_max(case: CaseResult) -> int | None:
@@ -39,7 +37,7 @@ def _measured(cases: dict[str, CaseResult]) -> list[CaseResult]:
     ]
 
 
-def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], config: AnalysisConfig) -> list[dict[str, Any]]:
+def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], config: AnalysisConfig) -> list[DriftEntry]:
     """Alert entries (reason ``drift``) of the passing cases whose mean acceptance moved significantly.
 
     Each case is tested at ``drift_alpha / m`` (m: the run's cases with an acceptance rate over a known range),
@@ -55,7 +53,7 @@ def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], con
         return []
     alpha = config.drift_alpha / len(measured)
     passing = earlier_runs(run.commit, run.profile).where(Run.status == RunStatus.passed)
-    found: list[dict[str, Any]] = []
+    found: list[DriftEntry] = []
     for case in measured:
         bound = per_trial_max(case)
         assert bound is not None
@@ -79,27 +77,37 @@ def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], con
             continue
         n_b = sum(b.trials for b in baseline)
         found.append(
-            entry(case, "drift")
-            | {
-                "difference": drift.difference,
-                "radius": drift.radius,
-                "alpha": alpha,
-                "baseline_mean": sum(b.mean * b.trials for b in baseline) / n_b,
-                "baseline_trials": n_b,
-                "baseline_runs": len(baseline),
-                "baseline_left_out": len(rows) - len(comparable),
-                "per_trial_max": bound,
-            }
+            DriftEntry(
+                case_id=case.case_id,
+                reason="drift",
+                e_value=case.e_value,
+                log_e_value=case.log_e_value,
+                threshold=case.threshold,
+                tv_estimate=case.tv_estimate,
+                acceptance_observed=case.acceptance_observed,
+                acceptance_expected=case.acceptance_expected,
+                n_trials=case.n_trials,
+                difference=drift.difference,
+                radius=drift.radius,
+                alpha=alpha,
+                baseline_mean=sum(b.mean * b.trials for b in baseline) / n_b,
+                baseline_trials=n_b,
+                baseline_runs=len(baseline),
+                baseline_left_out=len(rows) - len(comparable),
+                per_trial_max=bound,
+            )
         )
     return found
 
 
-def entry_per_trial_max(drift_entry: dict[str, Any]) -> int:
+def entry_per_trial_max(drift_entry: DriftEntry) -> int:
     """The range [0, B] a drift entry was measured over (entries written before ``per_trial_max`` say ``gamma``)."""
-    return int(drift_entry["per_trial_max"] if "per_trial_max" in drift_entry else drift_entry["gamma"])
+    bound = drift_entry.get("per_trial_max", drift_entry.get("gamma"))
+    assert bound is not None, "a drift entry carries its per-trial range"
+    return int(bound)
 
 
-def still_drifting(drift_entry: dict[str, Any], case: CaseResult) -> bool:
+def still_drifting(drift_entry: DriftEntry, case: CaseResult) -> bool:
     """Does ``case`` (a later run's) still drift from the baseline its alert entry measured it against?
 
     A case whose range changed since (another ``per_trial_max``) is not comparable with that baseline: it

@@ -17,16 +17,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from service.history import newest_earlier_run
 from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
+from service.models.entries import AlertEntry, BrokenEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
 from workers.analysis.configuration import target_configured, target_misconfigured
 from workers.analysis.context import Analysis, child_run
 from workers.analysis.drift import drifting_cases
 from workers.analysis.resolution import resolve_installed, resolve_recovered
+from workers.analysis.state import RunAnalysis
 from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases, uninstallable_entry
 from workers.notify import queue_commit_status
 
@@ -34,30 +34,30 @@ from workers.notify import queue_commit_status
 _UNCONFIRMED = (AlertKind.broken, AlertKind.uninstallable, AlertKind.configuration)
 
 
-def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
+def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> None:
     session, config, report = ctx.session, ctx.config, ctx.report
     kind = _triage(ctx, run, cases, analysis)
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure", RunStatus.uninstallable: "uninstallable"}.get(run.status, "error")
     confirming = kind is not None and kind not in _UNCONFIRMED and config.confirm_failures
     report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
-    analysis["unchanged_cases"] = unchanged_cases(session, run, cases)
+    analysis.unchanged_cases = unchanged_cases(session, run, cases)
     if kind is AlertKind.configuration:  # the target's, not the commit's: one alert per target
         target_misconfigured(ctx, run)
     elif kind is AlertKind.broken:
-        broken = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
+        broken = BrokenEntry(case_id="(suite)", reason="broken", error=(run.error or "")[:500])
         open_alert(ctx, run, AlertKind.broken, commit, [broken])
     elif kind is AlertKind.uninstallable:
         open_alert(ctx, run, AlertKind.uninstallable, commit, [uninstallable_entry(run)])
     elif kind is not None and config.confirm_failures:
         confirmation = child_run(ctx, run, commit, RunPurpose.confirmation, seed_attempt=run.seed_attempt + 1)
-        analysis["confirmation_run_id"] = confirmation.id if confirmation else None
+        analysis.confirmation_run_id = confirmation.id if confirmation else None
     elif kind is not None:
-        entries = [entry(cases[c], failure_reason(cases[c])) for c in analysis["failing"]]
+        entries: list[AlertEntry] = [entry(cases[c], failure_reason(cases[c])) for c in analysis.failing]
         start_bisection(ctx, run, kind, entries, analysis, confirmation=None)
     drifting = drifting_cases(session, run, cases, config)
     if drifting:
-        analysis["drift"] = [e["case_id"] for e in drifting]
+        analysis.drift = [e["case_id"] for e in drifting]
         baseline = newest_earlier_run(session, commit, run.profile, [RunStatus.passed])
         if kind is None and baseline is not None:
             # Bisected between the newest passing commit (the baseline's newest, good by definition) and
@@ -68,14 +68,15 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
     _resolve(ctx, run, cases)
 
 
-def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> AlertKind | None:
+def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> AlertKind | None:
     """The kind the run calls for once known failures are set aside (recorded in ``analysis`` and the report)."""
-    kind = AlertKind(analysis["kind"]) if analysis["kind"] else None
+    kind = analysis.kind
     if kind in (AlertKind.violation, AlertKind.performance):
-        kind, analysis["failing"], analysis["known_failing"] = new_failures(ctx.session, run, cases)
+        kind, analysis.failing, analysis.known_failing = new_failures(ctx.session, run, cases)
     if run.configuration_error:
         kind = AlertKind.configuration
-    analysis["kind"] = ctx.report.kind = kind.value if kind else None
+    analysis.kind = kind
+    ctx.report.kind = kind.value if kind else None
     return kind
 
 

@@ -7,6 +7,7 @@ import logging
 
 from service.history import open_alerts
 from service.models import Alert, AlertKind, AlertState, CaseResult, Run, RunStatus, Verdict
+from service.models.entries import alert_entries
 from workers.analysis.context import Analysis
 from workers.analysis.drift import still_drifting
 from workers.notify import queue_alert_message
@@ -20,11 +21,11 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
         return run.status is not RunStatus.error
     if alert.kind is AlertKind.uninstallable:
         return run.status is not RunStatus.uninstallable
-    for entry in alert.cases:
+    for entry in alert_entries(alert.cases):
         case = cases.get(entry["case_id"])
         if case is None or case.verdict is not Verdict.PASS:
             return False
-        if entry.get("reason") == "drift" and still_drifting(entry, case):
+        if entry["reason"] == "drift" and still_drifting(entry, case):
             return False
     return True
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,6 +19,7 @@ from workers.analysis.confirmation import analyse_confirmation
 from workers.analysis.context import Analysis, AnalysisConfig, AnalysisReport, load_cases, lock_run
 from workers.analysis.decisions import classify
 from workers.analysis.primary import analyse_primary
+from workers.analysis.state import RunAnalysis, store_analysis
 from workers.analysis.triage import case_outcomes
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def analyse(session: Session, run_id: int, *, config: AnalysisConfig, now: datet
     cases = load_cases(session, run.id)
     kind, failing = classify(run.status.value, case_outcomes(cases))
     report.kind = kind.value if kind else None
-    analysis: dict[str, Any] = {"kind": report.kind, "failing": failing}
+    analysis = RunAnalysis(kind=kind, failing=failing)
     ctx = Analysis(session, config, now, report)
     if run.purpose is RunPurpose.primary:
         analyse_primary(ctx, run, cases, analysis)
@@ -46,7 +46,7 @@ def analyse(session: Session, run_id: int, *, config: AnalysisConfig, now: datet
         analyse_confirmation(ctx, run, cases, analysis)
     else:
         continue_bisection(ctx, run)
-    run.analysis = analysis
+    store_analysis(run, analysis)
     run.analysed_at = now
     session.flush()
     log.info(

@@ -8,14 +8,15 @@ later regression.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Literal
 
 from sqlalchemy.orm import Session
 
 from service.history import open_alerts, previous_tested_run
 from service.models import AlertKind, CaseResult, Run, Verdict
+from service.models.entries import RAISED, FailureEntry, RaisedEntry, TestedEntry, UninstallableEntry, alert_entries
 from workers.analysis.context import load_cases
-from workers.analysis.decisions import CONFORMANCE, LOSSLESS, RAISED, CaseOutcome
+from workers.analysis.decisions import LOSSLESS, CaseOutcome
 
 
 def raised(case: CaseResult) -> bool:
@@ -27,45 +28,48 @@ def case_outcomes(cases: dict[str, CaseResult]) -> list[CaseOutcome]:
     return [CaseOutcome(c.case_id, c.verdict.value, c.lossless, c.conformance, raised=raised(c)) for c in cases.values()]
 
 
-def failure_reason(case: CaseResult) -> str:
+FailureReason = Literal["lossless", "conformance", "raised"]
+
+
+def failure_reason(case: CaseResult) -> FailureReason:
     """An alert entry's reason for a failing case: its worst failure (lossless, then the target raising)."""
     if case.lossless is False:
-        return LOSSLESS
-    return RAISED if raised(case) else CONFORMANCE
+        return "lossless"
+    return RAISED if raised(case) else "conformance"
 
 
-def entry(case: CaseResult, reason: str) -> dict[str, Any]:
-    """A case as an alert lists it (``Alert.cases``), with the figures of the run that found it."""
-    if reason == "exception":  # the exception's first line (the case's reason holds its traceback too)
-        return {"case_id": case.case_id, "reason": reason, "error": str((case.details or {}).get("reason", "")).split("\n")[0][:500]}
-    return {
-        "case_id": case.case_id,
-        "reason": reason,
-        "e_value": case.e_value,
-        "log_e_value": case.log_e_value,
-        "threshold": case.threshold,
-        "tv_estimate": case.tv_estimate,
-        "acceptance_observed": case.acceptance_observed,
-        "acceptance_expected": case.acceptance_expected,
-        "n_trials": case.n_trials,
-    }
+def entry(case: CaseResult, reason: FailureReason) -> FailureEntry:
+    """A failing case as an alert lists it (``Alert.cases``), with the figures of the run that found it."""
+    if reason == RAISED:  # the exception's first line (the case's reason holds its traceback too)
+        return RaisedEntry(case_id=case.case_id, reason=RAISED, error=str((case.details or {}).get("reason", "")).split("\n")[0][:500])
+    return TestedEntry(
+        case_id=case.case_id,
+        reason=reason,
+        e_value=case.e_value,
+        log_e_value=case.log_e_value,
+        threshold=case.threshold,
+        tv_estimate=case.tv_estimate,
+        acceptance_observed=case.acceptance_observed,
+        acceptance_expected=case.acceptance_expected,
+        n_trials=case.n_trials,
+    )
 
 
 #: What :func:`uninstallable_entry` reads the requirement from: ``could not install: REQUIREMENT (why...)``.
 _NOT_INSTALLED = re.compile(r"could not install: (\S+)")
 
 
-def uninstallable_entry(run: Run) -> dict[str, Any]:
+def uninstallable_entry(run: Run) -> UninstallableEntry:
     """An uninstallable run as its alert lists it: the requirement that could not be installed, and why."""
     error = run.error or ""
     found = _NOT_INSTALLED.search(error)
-    return {"case_id": "(install)", "reason": "uninstallable", "requirement": found[1] if found else None, "error": error[:500]}
+    return UninstallableEntry(case_id="(install)", reason="uninstallable", requirement=found[1] if found else None, error=error[:500])
 
 
 def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
     """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit."""
     alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.performance])
-    return {(e["case_id"], e.get("reason", "")) for alert in alerts for e in alert.cases}
+    return {(e["case_id"], e["reason"]) for alert in alerts for e in alert_entries(alert.cases)}
 
 
 def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[AlertKind | None, list[str], list[str]]:

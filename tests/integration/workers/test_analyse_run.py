@@ -26,6 +26,7 @@ from service.models import (
     RunPurpose,
     RunStatus,
     Target,
+    Verdict,
 )
 from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SWAPPED_RESIDUAL, ToyRepo
 from tests.support.workers import clear_caches
@@ -180,7 +181,7 @@ def test_a_sampler_that_raises_on_a_valid_input_is_its_own_kind_not_a_broken_com
         assert case.details["failure"] == "raised"
     (alert,) = alerts(factory)
     assert (alert.kind, alert.first_bad_commit_id, alert.confirmed) == (AlertKind.exception, commit_ids[raising], True)
-    assert {c["reason"] for c in alert.cases} == {"exception"}
+    assert {c["reason"] for c in alert.cases} == {"raised"}
     assert all("RuntimeError: probability tensor contains" in c["error"] for c in alert.cases)
     (message,) = slack_rows(factory)
     assert message.alert_id == alert.id
@@ -223,7 +224,7 @@ def test_an_unconfirmed_failure_raises_no_alert(factory: sessionmaker[Session], 
         run = session.get_one(Run, run_id)
         run.status = RunStatus.failed
         for case in run.case_results:
-            case.verdict, case.lossless = case.verdict.fail, False
+            case.verdict, case.lossless = Verdict.FAIL, False
             case.log_e_value = math.log(case.threshold or 1.0) + 0.5
 
     report = tasks.analyse_run(run_id)

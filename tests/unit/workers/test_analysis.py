@@ -11,10 +11,10 @@ from service.models import AlertKind, RunStatus
 from workers.analysis.bisection import commit_outcome
 from workers.analysis.decisions import (
     AcceptanceSample,
-    CaseEvidence,
     CaseOutcome,
     CheckEvidence,
     CommitOutcome,
+    RunEvidence,
     acceptance_drift,
     bisect,
     classify,
@@ -25,9 +25,9 @@ from workers.analysis.history import TestedRun
 T = 1e6
 
 
-def _case(*checks: tuple[str, str, bool, float | None], certain: frozenset[str] = frozenset(), raised: bool = False) -> CaseEvidence:
+def _case(*checks: tuple[str, str, bool, float | None], certain: frozenset[str] = frozenset(), raised: bool = False) -> RunEvidence:
     """Evidence of one case: (check, layer, rejected, stopped e-value or None for a certain refutation)."""
-    return CaseEvidence(
+    return RunEvidence(
         T,
         tuple(CheckEvidence(name, layer, rejected, None if e is None else math.log(e)) for name, layer, rejected, e in checks),
         certain,
@@ -65,8 +65,8 @@ def test_confirmation_stays_within_the_layer_of_the_alert():
     )
     assert confirmation(first, rerun, "lossless") is None
     assert confirmation(first, rerun, "conformance") == "certain violation"
-    assert confirmation(_case(raised=True), _case(raised=True), "exception") == "raised again"
-    assert confirmation(_case(raised=True), rerun, "exception") is None
+    assert confirmation(_case(raised=True), _case(raised=True), "raised") == "raised again"
+    assert confirmation(_case(raised=True), rerun, "raised") is None
 
 
 def test_confirmation_false_alarm_rate_under_the_null():
@@ -83,8 +83,8 @@ def test_confirmation_false_alarm_rate_under_the_null():
         stop = int(rng.integers(1, 201))  # a stopping time independent of the future
         return CheckEvidence("c", "lossless", bool(path[:stop].max() >= math.log(threshold)), float(path[stop - 1]))
 
-    def null_case() -> CaseEvidence:
-        return CaseEvidence(threshold, (null_check(),))
+    def null_case() -> RunEvidence:
+        return RunEvidence(threshold, (null_check(),))
 
     alarms = sum(confirmation(null_case(), null_case(), "lossless") is not None for _ in range(20_000))
     assert alarms <= 5

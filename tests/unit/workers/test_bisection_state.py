@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from service.models import AlertKind, Run
-from workers.analysis.state import BisectionState, BisectionStateError, load_bisection, store_bisection
+from workers.analysis.state import BisectionState, BisectionStateError, RunAnalysis, load_analysis, load_bisection, store_bisection
 
 ENTRY = {"case_id": "direct/far_apart/V8/g1", "reason": "lossless", "log_e_value": 12.5}
 
@@ -19,12 +19,14 @@ def _stored(**changes: Any) -> dict[str, Any]:
 def test_a_state_round_trips_through_the_runs_analysis() -> None:
     state = BisectionState(kind=AlertKind.performance, cases=(ENTRY,), after_sha="a" * 40, after_order=4, runs=1)
     run = Run(id=7, analysis=None)
-    analysis: dict[str, Any] = {"kind": "performance"}
+    analysis = RunAnalysis(kind=AlertKind.performance)
     store_bisection(run, analysis, state)
     assert run.analysis is not None
+    assert run.analysis["version"] == 1
     assert run.analysis["bisection"]["version"] == 1
     assert run.analysis["bisection"]["kind"] == "performance"
-    assert analysis["bisection"] == run.analysis["bisection"]
+    assert load_analysis(run) == analysis
+    assert load_bisection(run) == state
     assert load_bisection(run) == state
 
 
@@ -58,3 +60,10 @@ def test_a_malformed_or_unknown_state_is_refused_naming_the_run(stored: Any, say
     with pytest.raises(BisectionStateError, match=r"^run 42: its stored bisection state") as refused:
         load_bisection(Run(id=42, analysis={"bisection": stored}))
     assert says in str(refused.value)
+
+
+def test_a_stored_analysis_of_another_version_is_refused_naming_the_run() -> None:
+    with pytest.raises(BisectionStateError, match="run 9: its stored analysis is version 2"):
+        load_analysis(Run(id=9, analysis={"version": 2, "kind": None}))
+    with pytest.raises(BisectionStateError, match="run 9: its stored analysis is malformed"):
+        load_analysis(Run(id=9, analysis={"failing": "not a list"}))
