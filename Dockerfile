@@ -12,7 +12,7 @@
 #
 # Both install the project's wheel (built in the `wheel` stage), not the source tree. Build arguments for
 # pip, every build stage: PIP_INDEX_URL (replaces PyPI), PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_FIND_LINKS;
-# TORCH_INDEX_URL (an extra index torch comes from). A CA bundle and a wheelhouse go in compose/build/ (see its
+# TORCH_INDEX_URL (an extra index torch comes from). A CA bundle and a wheelhouse go in compose/pip/ (see its
 # README.md). None of them reaches the images.
 #
 # Both run as the unprivileged user `specwatch` (uid 10001); the virtual environment (/opt/venv) is
@@ -41,15 +41,15 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
 ARG PIP_FIND_LINKS
-COPY compose/build/ /build/
+COPY compose/pip/ /pip/
 COPY pyproject.toml README.md ./
-RUN python /build/requirements.py api > /build/requirements-api.txt \
-    && python /build/requirements.py worker > /build/requirements-worker.txt
+RUN python /pip/requirements.py api > /pip/requirements-api.txt \
+    && python /pip/requirements.py worker > /pip/requirements-worker.txt
 COPY specwatch ./specwatch
 COPY service ./service
 COPY workers ./workers
 COPY migrations ./migrations
-RUN . /build/pip-env.sh && python -m pip wheel --no-deps --wheel-dir /build/dist .
+RUN . /pip/pip-env.sh && python -m pip wheel --no-deps --wheel-dir /pip/dist .
 
 # -------------------------------------------------------------------------------------- api (build)
 FROM base AS api-build
@@ -57,11 +57,11 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
 ARG PIP_FIND_LINKS
-COPY compose/build/ /build/
+COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
-COPY --from=wheel /build/requirements-api.txt /tmp/requirements.txt
-RUN . /build/pip-env.sh && pip install --requirement /tmp/requirements.txt
-COPY --from=wheel /build/dist /tmp/dist
+COPY --from=wheel /pip/requirements-api.txt /tmp/requirements.txt
+RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
+COPY --from=wheel /pip/dist /tmp/dist
 # Without the suite's dependencies: no torch, numpy or scipy in the control plane.
 RUN pip install --no-deps /tmp/dist/specwatch-*.whl \
     && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
@@ -81,9 +81,9 @@ ARG TORCH_VARIANT=cuda
 ARG TORCH_INDEX_URL=
 # The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin).
 ARG TRANSFORMERS_VERSION=5.24.0
-COPY compose/build/ /build/
+COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
-RUN set -eu; . /build/pip-env.sh; \
+RUN set -eu; . /pip/pip-env.sh; \
     index="${TORCH_INDEX_URL}"; \
     case "${TORCH_VARIANT}" in \
         cuda) spec="torch==${TORCH_VERSION}" ;; \
@@ -96,11 +96,11 @@ RUN set -eu; . /build/pip-env.sh; \
 # src/ first on PYTHONPATH), never an installed copy. These are the dependencies of one release; commits far
 # older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
 # with --build-arg TRANSFORMERS_VERSION=4.NN.0.
-RUN . /build/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
+RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
     && pip uninstall --yes transformers
-COPY --from=wheel /build/requirements-worker.txt /tmp/requirements.txt
-RUN . /build/pip-env.sh && pip install --requirement /tmp/requirements.txt
-COPY --from=wheel /build/dist /tmp/dist
+COPY --from=wheel /pip/requirements-worker.txt /tmp/requirements.txt
+RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
+COPY --from=wheel /pip/dist /tmp/dist
 RUN pip install --no-deps /tmp/dist/specwatch-*.whl \
     && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 

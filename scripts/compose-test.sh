@@ -160,7 +160,7 @@ SPECWATCH_COMPOSE_REPOS=$CACHE/repos
 EOF
 # This machine's TLS-intercepting proxy (if any): pip inside the build trusts what the host trusts.
 for bundle in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
-    if [ -n "$bundle" ] && [ -f "$bundle" ]; then cp "$bundle" compose/build/ca-bundle.crt; break; fi
+    if [ -n "$bundle" ] && [ -f "$bundle" ]; then cp "$bundle" compose/pip/ca-bundle.crt; break; fi
 done
 # podman's API service can panic when a build client goes away: one image at a time, the service restarted
 # and the build tried once more on a failure.
