@@ -19,6 +19,7 @@
 #
 # Idempotent: a stack left over by an earlier run is taken down first. Environment: SPECWATCH_COMPOSE_CACHE
 # (default /var/cache/specwatch-compose), SPECWATCH_COMPOSE_TIMEOUT_S (the whole run's deadline, default 3600).
+# SPECWATCH_COMPOSE_PYTHON: the interpreter of the driver (needs httpx; `make test-compose` gives the venv's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -190,7 +191,7 @@ compose ps -a
 # ---------------------------------------------------------------------------------- 6. the drive
 say "driving the stack"
 SPECWATCH_COMPOSE_PROJECT=$PROJECT SPECWATCH_API_TOKEN=$API_TOKEN SPECWATCH_COMPOSE_ENV_FILE=$CACHE/ci.env \
-    bounded 1800 python3 scripts/compose_drive.py "${COMPOSE_FILES[@]}" || fail "the drive"
+    bounded 1800 "${SPECWATCH_COMPOSE_PYTHON:-python3}" scripts/compose_drive.py "${COMPOSE_FILES[@]}" || fail "the drive"
 say "services after the drive:"
 compose ps -a
 say "PASSED"
