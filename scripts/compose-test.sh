@@ -145,6 +145,11 @@ python3 -m http.server --bind 127.0.0.1 --directory "$CACHE/index" "$INDEX_PORT"
 INDEX_PID=$!
 
 # ------------------------------------------------------------------------ 5. images, then up
+# The shell's variables win over the env file in compose: the host's own pip settings (a wheelhouse path of
+# this machine, say) must not reach the builds.
+# Nor this shell's SPECWATCH_* settings the containers (settings are passed by name, from the env file or the shell).
+unset PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_TRUSTED_HOST TORCH_VARIANT TORCH_INDEX_URL COMPOSE_FILE COMPOSE_PROFILES
+for name in $(compgen -e | grep '^SPECWATCH_' | grep -v '^SPECWATCH_COMPOSE_'); do unset "$name"; done
 # The deployment's secrets (random per run) and the CI overrides' settings: compose reads them for ${...}.
 API_TOKEN=$(openssl rand -hex 24)
 cat > "$CACHE/ci.env" <<EOF

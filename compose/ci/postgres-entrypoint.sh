@@ -4,7 +4,7 @@ set -eu
 chown postgres:postgres "$PGDATA" && chmod 700 "$PGDATA"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     pwfile=$(mktemp) && printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile" && chown postgres "$pwfile"
-    su postgres -s /bin/sh -c "initdb --username='$POSTGRES_USER' --pwfile='$pwfile' --auth-host=scram-sha-256 --auth-local=trust -D '$PGDATA'" >/dev/null
+    su postgres -s /bin/sh -c "initdb --encoding=UTF8 --locale=C.UTF-8 --username='$POSTGRES_USER' --pwfile='$pwfile' --auth-host=scram-sha-256 --auth-local=trust -D '$PGDATA'" >/dev/null
     rm -f "$pwfile"
     echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
     su postgres -s /bin/sh -c "pg_ctl -D '$PGDATA' -o '-c listen_addresses=' -w start" >/dev/null
