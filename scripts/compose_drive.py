@@ -136,12 +136,13 @@ def main(files: list[str]) -> int:
         workdir = repos / uuid.uuid4().hex[:12]
         repo = workdir / "toy-sampler"
         shas = demo.make_repository(repo)
+        payload = demo.push_payload(repo, shas)  # (before the chown: then git refuses this user the repository)
         subprocess.run(["chown", "-R", f"{WORKER_UID}:{WORKER_UID}", str(workdir)], check=True, timeout=60)
         name = f"toy-{workdir.name}"
         created = demo.register_target(client, token, name, repo)
         if created.status_code != 201:
             raise CheckFailedError(f"POST /targets answered {created.status_code}: {created.text}")
-        pushed = demo.post_push(client, secret, demo.push_payload(repo, shas))
+        pushed = demo.post_push(client, secret, payload)
         if pushed.status_code != 202:
             raise CheckFailedError(f"the signed push was answered {pushed.status_code}: {pushed.text}")
         step(f"target {name} ({repo}); push of {shas[0][:12]} (correct) and {shas[1][:12]} (swapped residual) accepted: {pushed.json()}")
