@@ -61,10 +61,6 @@ COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
 COPY --from=wheel /pip/requirements-api.txt /tmp/requirements.txt
 RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
-COPY --from=wheel /pip/dist /tmp/dist
-# Without the suite's dependencies: no torch, numpy or scipy in the control plane.
-RUN pip install --no-deps /tmp/dist/specwatch-*.whl \
-    && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 
 # ----------------------------------------------------------------------------------- worker (build)
 FROM base AS worker-build
@@ -100,9 +96,7 @@ RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
     && pip uninstall --yes transformers
 COPY --from=wheel /pip/requirements-worker.txt /tmp/requirements.txt
 RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
-COPY --from=wheel /pip/dist /tmp/dist
-RUN pip install --no-deps /tmp/dist/specwatch-*.whl \
-    && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+RUN python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
 # -------------------------------------------------------------------------------------------- worker
 FROM base AS worker
@@ -112,6 +106,9 @@ RUN apt-get update \
     && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=worker-build /opt/venv /opt/venv
+# The project's wheel last, without its dependencies (above): a change of the code rebuilds this small layer only.
+COPY --from=wheel /pip/dist /tmp/dist
+RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist
 # The state directories exist, owned by the worker's user, so that named volumes mounted on them start with
 # that ownership: git mirrors, and released versions installed for pip-mode runs.
 RUN install --directory --owner specwatch --group specwatch \
@@ -127,6 +124,10 @@ CMD ["celery", "-A", "workers.celery_app", "worker", "-Q", "gpu", "--concurrency
 # Last, so that a plain `docker build .` gives the api image.
 FROM base AS api
 COPY --from=api-build /opt/venv /opt/venv
+# The wheel without its dependencies (those are installed above): no torch, numpy or scipy in the control plane.
+COPY --from=wheel /pip/dist /tmp/dist
+RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist \
+    && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 # `alembic upgrade head` runs from /app (the migrate service).
 COPY alembic.ini ./
 COPY migrations ./migrations

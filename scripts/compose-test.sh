@@ -30,6 +30,9 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 START=$(date +%s)
 DEADLINE=$((START + ${SPECWATCH_COMPOSE_TIMEOUT_S:-3600}))
 mkdir -p "$CACHE"
+# One run at a time on a machine: they share the socket, the project name and the ports.
+exec 9> "$CACHE/lock"
+flock -w 900 9 || { echo "another scripts/compose-test.sh still runs after 900 s" >&2; exit 1; }
 
 say() { printf '[compose-test %4ds] %s\n' "$(($(date +%s) - START))" "$*"; }
 fail() { say "FAILED: $*"; exit 1; }
