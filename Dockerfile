@@ -1,7 +1,7 @@
 # specwatch images, from one Dockerfile; docker-compose.yml builds each once (the api service the api image,
 # the housekeeping worker the worker image) and the other services run them by name:
 #
-#   api     the control plane: FastAPI app, `specwatch` CLI, Alembic migrations. No torch.
+#   api     the control plane: FastAPI app, `specwatch` CLI, the migrations (`specwatch db upgrade`). No torch.
 #   worker  Celery workers that run the suite: torch, git, bubblewrap and transformers' runtime dependencies.
 #
 #   docker build --target api    -t specwatch-api .
@@ -34,8 +34,10 @@ RUN groupadd --system --gid 10001 specwatch \
 WORKDIR /app
 
 # --------------------------------------------------------------------------------------------- wheel
-# The project's wheel, and the dependency lists of both images from pyproject.toml (installed in layers of
-# their own, cached until pyproject.toml changes).
+# The project's wheel (the library, the server and the migrations: service/migrations links to migrations/),
+# and the dependency lists of both images from pyproject.toml (installed in layers of their own, cached until
+# pyproject.toml changes): the api's is the `server` extra and the library's command-line requirements without
+# the suite's torch, numpy and scipy; the worker's everything.
 FROM base AS wheel
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
@@ -128,9 +130,6 @@ COPY --from=api-build /opt/venv /opt/venv
 COPY --from=wheel /pip/dist /tmp/dist
 RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist \
     && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
-# `alembic upgrade head` runs from /app (the migrate service).
-COPY alembic.ini ./
-COPY migrations ./migrations
 USER specwatch
 EXPOSE 8000
 CMD ["uvicorn", "--factory", "service.app:create_app", "--host", "0.0.0.0", "--port", "8000"]

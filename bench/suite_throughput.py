@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import torch
 
-from workers.suite.cases import CASES, Case
-from workers.suite.runner import SuiteConfig, run_case
-from workers.suite.sampling import Sampler, reference_sampler
+from specwatch.cases import CASES, Case
+from specwatch.runner import SuiteConfig, run_case
+from specwatch.sampling import Sampler, reference_sampler
 
 DIRECT = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4")
 
@@ -38,7 +38,7 @@ def _batches(total: int) -> list[int]:
 def _sampler(kind: str) -> Sampler:
     if kind == "reference":
         return reference_sampler
-    from workers.suite.targets.transformers import TransformersAdapter
+    from specwatch.targets.transformers import TransformersAdapter
 
     return TransformersAdapter.load().sampler()
 
@@ -67,7 +67,7 @@ def harness(kind: str, case_id: str, trials: int) -> float:
 def generate_calls(case_id: str, calls: int) -> float:
     """generate() calls/s of an end-to-end case's experiment."""
     torch.set_num_threads(1)
-    from workers.suite.targets import resolve
+    from specwatch.targets import resolve
 
     case = next(c for c in resolve("transformers").cases if c.id == case_id)
     experiment = case.build(reference_sampler, torch.device("cpu"))

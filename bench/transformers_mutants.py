@@ -1,6 +1,6 @@
 """Trials to detect each library-level transformers mutant: the earlier e2e design against the new one.
 
-For every mutant in ``workers.suite.targets.transformers.mutants`` and seed, in a fresh process (the patch
+For every mutant in ``specwatch.targets.transformers.mutants`` and seed, in a fresh process (the patch
 is process-wide) with the mutant planted in the installed transformers:
 
 * old: ``generate(max_new_tokens=2)`` with the library's drafting defaults, the joint law of the first two
@@ -50,13 +50,13 @@ class _FirstTokensOnly:
 def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     import torch
 
-    from workers.suite.cases import Case
-    from workers.suite.runner import SuiteConfig, run_case
-    from workers.suite.sampling import Processing
-    from workers.suite.targets import resolve
-    from workers.suite.targets.transformers.adapter import PROCESSING_ON
-    from workers.suite.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
-    from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
+    from specwatch.cases import Case
+    from specwatch.runner import SuiteConfig, run_case
+    from specwatch.sampling import Processing
+    from specwatch.targets import resolve
+    from specwatch.targets.transformers.adapter import PROCESSING_ON
+    from specwatch.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
+    from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS
 
     torch.set_num_threads(1)
     target = resolve(f"transformers+mutant:{mutant}")
@@ -103,7 +103,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args.one[0], int(args.one[1]), args.max_trials)))
         return
-    from workers.suite.targets.transformers.mutants import LIBRARY_MUTANTS
+    from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS
 
     names = args.mutants or list(LIBRARY_MUTANTS)
     header = f"{'mutant':32} {'lossless?':9} {'seed':>4}  {'old: verdict trials':>24}  {'new: verdict trials':>24}  new checks rejecting"

@@ -26,7 +26,7 @@ def run_release(version: str, out: Path, quick: bool, jobs: int) -> tuple[int, d
     cmd = [
         sys.executable,
         "-m",
-        "workers.suite",
+        "specwatch",
         "run",
         "--target",
         "transformers",

@@ -22,9 +22,9 @@ import torch
 
 
 def _child(trials: int) -> None:
-    from workers.suite.sampling import Processing, SpecStep
-    from workers.suite.targets.vllm import interpreter
-    from workers.suite.targets.vllm.bindings_v2 import RejectionSampleV2Api, rejection_sampler_v2
+    from specwatch.sampling import Processing, SpecStep
+    from specwatch.targets.vllm import interpreter
+    from specwatch.targets.vllm.bindings_v2 import RejectionSampleV2Api, rejection_sampler_v2
 
     kernels = interpreter.prepare()
     api = RejectionSampleV2Api.load()
@@ -58,7 +58,7 @@ def main() -> int:
     if args.child:
         _child(args.trials)
         return 0
-    from workers.suite.targets.install import interpreter_env, pip_install
+    from specwatch.targets.install import interpreter_env, pip_install
 
     path = pip_install(args.pip)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH", "")) if p))

@@ -26,7 +26,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=Path("vllm-profile.json"))
     args = parser.parse_args()
-    cmd = [sys.executable, "-m", "workers.suite", "run", "--target", "vllm", "--pip", args.pip, "--device", args.device]
+    cmd = [sys.executable, "-m", "specwatch", "run", "--target", "vllm", "--pip", args.pip, "--device", args.device]
     cmd += ["--json", str(args.out.resolve())]
     cmd += ["--quick"] if args.quick else []
     for pattern in args.cases:

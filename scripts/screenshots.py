@@ -79,8 +79,8 @@ from service.targets import add_target, make_spec  # noqa: E402
 from workers.analysis.context import AnalysisConfig  # noqa: E402
 from workers.analysis.run import analyse  # noqa: E402
 from workers.runs import InstallRetry, RunOutcome, RunSpec, claim_run, record_install_failure, record_outcome  # noqa: E402
-from workers.suite.results import Acceptance, CaseResult, Failure, Verdict  # noqa: E402
-from workers.suite.targets.install import InstallError  # noqa: E402
+from specwatch.protocol import Acceptance, CaseResult, Failure, Verdict  # noqa: E402
+from specwatch.targets.install import InstallError  # noqa: E402
 
 MAIN, RELEASES = "transformers-main", "transformers"
 VERSION = "5.26.0.dev0"

@@ -4,7 +4,7 @@
 
 import torch
 
-from workers.suite.sampling import SpecOutput
+from specwatch import SpecOutput
 
 
 def _draw(probs, u):

@@ -14,22 +14,20 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response, status
+from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.middleware.sessions import SessionMiddleware
 
-from service import api, api_findings, api_query, dashboard, ops, webhooks
-from service.dashboard import actions as dashboard_actions
+from service import dashboard, routes
 from service.dashboard.session import SESSION_COOKIE, SESSION_MAX_AGE_S, session_secret
 from service.db import make_engine
-from service.deps import SessionDep
 from service.headers import SecurityHeaders
 from service.logsafe import install_access_log_redaction, loggable
 from service.queue import CeleryProducer, Producer, make_producer
+from service.routes import ops
 from service.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -104,24 +102,5 @@ def create_app(
             headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
 
-    @app.get("/healthz", tags=["health"], responses={503: {"description": "the database is unreachable"}})
-    def healthz(session: SessionDep, response: Response) -> dict[str, str]:
-        """Liveness and database reachability."""
-        try:
-            session.execute(text("SELECT 1"))
-        except OperationalError as exc:
-            session.rollback()
-            log.warning("healthz database_unreachable error=%s", exc.orig)
-            response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-            return {"status": "database unreachable"}
-        return {"status": "ok"}
-
-    app.include_router(webhooks.router)
-    app.include_router(api.router)
-    app.include_router(api_query.router)
-    app.include_router(api_query.alerts_router)
-    app.include_router(api_findings.router)
-    app.include_router(ops.router)
-    app.include_router(dashboard.router)
-    app.include_router(dashboard_actions.router)
+    app.include_router(routes.router)
     return app

@@ -1,8 +1,10 @@
 """The database schema, brought up to date from code: ``alembic upgrade head`` without the ``alembic`` command.
 
 Alembic is the only way tables are created (migrations/; docs/architecture.md §4); ``specwatch serve`` calls :func:`upgrade_to_head`
-on start, so the embedded default works on an empty SQLite file. The project's ``alembic.ini`` and
-``migrations/`` are found next to the ``service`` package (a source checkout or an editable install).
+on start, so the embedded default works on an empty SQLite file. The migrations are ``service/migrations``: in a
+checkout a link to the repository's ``migrations/``, in an installed wheel a copy of it, so the same
+configuration works from any folder. (``alembic.ini`` at the repository's root is for developers' ``alembic``
+commands, e.g. ``alembic revision --autogenerate``; the server never reads it.)
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from sqlalchemy import make_url
 
 log = logging.getLogger(__name__)
 
-ALEMBIC_INI = Path(__file__).resolve().parents[1] / "alembic.ini"
+#: The Alembic environment and its versions, inside the ``service`` package.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 class SchemaError(RuntimeError):
@@ -25,9 +28,11 @@ class SchemaError(RuntimeError):
 
 def alembic_config(database_url: str) -> Config:
     """The project's Alembic configuration pointed at ``database_url``; the caller's logging is left alone."""
-    if not ALEMBIC_INI.is_file():
-        raise SchemaError(f"cannot find {ALEMBIC_INI}: run specwatch from a source checkout (or an editable install)")
-    config = Config(str(ALEMBIC_INI))
+    if not (MIGRATIONS / "env.py").is_file():
+        raise SchemaError(f"cannot find the migrations at {MIGRATIONS}: reinstall specwatch with the `server` extra")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("path_separator", "os")
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
     return config

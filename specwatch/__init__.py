@@ -24,11 +24,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+#: Version of the statistics and runner; recorded with every run.
+SUITE_VERSION = "0.2.0"  # 0.2: joint checks of a step, stopped e-values, headline, raised cases, result schema 2
+#: Version of the case catalogue (fixtures, designs); bump when any case changes.
+CATALOGUE_VERSION = "2026.12.3.1"  # long-horizon e2e cases, processed fixtures that cut mass, V256/V1024
+
 if TYPE_CHECKING:
+    from specwatch.cases import CASES
     from specwatch.lossless import LosslessnessError, assert_lossless, check_lossless
-    from workers.suite.cases import CASES
-    from workers.suite.results import CaseResult, RunResult
-    from workers.suite.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
+    from specwatch.protocol import CaseResult, RunResult
+    from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
 
 __all__ = [
     "CASES",
@@ -48,14 +53,14 @@ _HOMES = {
     "LosslessnessError": "specwatch.lossless",
     "assert_lossless": "specwatch.lossless",
     "check_lossless": "specwatch.lossless",
-    "CASES": "workers.suite.cases",
-    "CaseResult": "workers.suite.results",
-    "RunResult": "workers.suite.results",
-    "Processing": "workers.suite.sampling",
-    "Sampler": "workers.suite.sampling",
-    "SpecOutput": "workers.suite.sampling",
-    "SpecStep": "workers.suite.sampling",
-    "reference_sampler": "workers.suite.sampling",
+    "CASES": "specwatch.cases",
+    "CaseResult": "specwatch.protocol",
+    "RunResult": "specwatch.protocol",
+    "Processing": "specwatch.sampling",
+    "Sampler": "specwatch.sampling",
+    "SpecOutput": "specwatch.sampling",
+    "SpecStep": "specwatch.sampling",
+    "reference_sampler": "specwatch.sampling",
 }
 
 

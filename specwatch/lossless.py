@@ -1,7 +1,7 @@
 """``assert_lossless``: the suite's exact-law check of one sampler, as a test assertion.
 
 It is what ``specwatch check --target module:function`` runs, in the caller's process: the cases are the
-built-in catalogue's (``workers.suite.cases``), each check's e-process is compared with m / alpha after every
+built-in catalogue's (``specwatch.cases``), each check's e-process is compared with m / alpha after every
 batch (Ville's inequality: the run's family-wise false-alarm rate is at most ``alpha`` whatever the number of
 trials), and a case stops at a rejection or at the trials that give every check power 1 - beta at its TV
 distance. See docs/statistics.md.
@@ -13,10 +13,10 @@ import math
 import re
 from collections.abc import Sequence
 
-from workers.suite.cases import CASES, select
-from workers.suite.results import CaseResult, Failure, RunResult, Verdict
-from workers.suite.runner import SuiteConfig, run_suite
-from workers.suite.sampling import Sampler
+from specwatch.cases import CASES, select
+from specwatch.protocol import CaseResult, Failure, RunResult, Verdict
+from specwatch.runner import SuiteConfig, run_suite
+from specwatch.sampling import Sampler
 
 #: Every case of the built-in catalogue: direct chain steps and deterministic edge checks.
 ALL_CASES = ("direct/*", "edge/*")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from workers.suite.results import RunResult
+    from specwatch.protocol import RunResult
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -2,7 +2,7 @@
 
 The control plane never imports ``workers`` (import-linter), so :mod:`service.cli.processes` parses the options
 and imports this module by name when one of these commands runs. Each function returns an exit status
-(:mod:`service.cli.exits`).
+(:class:`specwatch.protocol.ExitStatus`).
 
 - ``serve``: the embedded default (:mod:`workers.embedded`): API, worker and beat in one process, SQLite,
   no Redis.
@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service import db
-from service.cli.exits import OK, USAGE
 from service.settings import Settings, get_settings
+from specwatch.protocol import ExitStatus
 from workers import celery_app, embedded
 from workers.settings import get_worker_settings
 
@@ -31,7 +31,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 def _error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)  # noqa: T201 -- the command line's own message
-    return USAGE
+    return ExitStatus.USAGE
 
 
 def _process_settings(database_url: str | None) -> Settings:
@@ -59,7 +59,7 @@ def serve(*, host: str, port: int, database_url: str | None = None) -> int:
         embedded.serve(settings, app=celery_app.app, host=host, port=port)
     except embedded.StartError as exc:
         return _error(str(exc))
-    return OK
+    return ExitStatus.OK
 
 
 def parse_queues(queues: str, known: Sequence[str]) -> list[str]:
@@ -89,7 +89,7 @@ def beat_argv(*, schedule: Path | None, loglevel: str, extra: Sequence[str]) -> 
 
 def _celery(argv: list[str]) -> int:
     code: object = celery_app.app.start(argv)
-    return code if isinstance(code, int) else OK
+    return code if isinstance(code, int) else ExitStatus.OK
 
 
 def worker(*, queues: str, concurrency: int, loglevel: str = "INFO", hostname: str | None = None, extra: Sequence[str] = ()) -> int:

@@ -48,14 +48,13 @@ from service.models import InstallMode, RunStatus
 from service.releases import pip_requirement, release_version
 from service.settings import get_settings
 from service.targets import RepoPolicy
+from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
 from workers.checkout import CheckoutError, MirrorCache
 from workers.isolation import Sandbox, resolve_sandbox
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import WorkerSettings
-from workers.suite.exits import SuiteExit
-from workers.suite.results import ResultSchemaError, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +310,7 @@ def _last_line(text: str) -> str:
 def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: str | None, profile: str) -> RunOutcome:
     """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error.
 
-    The result file is read as :class:`~workers.suite.results.RunResult` (:meth:`~workers.suite.results.RunResult.from_json`
+    The result file is read as :class:`~specwatch.protocol.RunResult` (:meth:`~specwatch.protocol.RunResult.from_json`
     checks its ``schema``); one this worker cannot read makes the run an error that says why.
     """
     unreadable = None
@@ -340,9 +339,9 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         return RunOutcome(RunStatus.passed, **common)
     if code == 1 and verdict == "fail":
         return RunOutcome(RunStatus.failed, **common)
-    if code == SuiteExit.INSTALL:
+    if code == ExitStatus.INSTALL:
         return RunOutcome(RunStatus.uninstallable, error=_last_line(outcome.stderr_tail).removeprefix("error: "), **common)
-    if code == SuiteExit.USAGE:
+    if code == ExitStatus.USAGE:
         error = f"the suite could not test this commit (exit 2, a broken commit or target): {_last_line(outcome.stderr_tail)}"
     elif code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)

@@ -5,7 +5,7 @@ isolated from the worker:
 
 - ``bwrap`` (bubblewrap, Debian's ``bubblewrap`` package): new user, pid, network, IPC, UTS and cgroup
   namespaces; inside, uid/gid 65534 with no capability; the filesystem is only read-only binds of the system
-  (``/usr``, the few ``/etc`` files a Python needs, ``/sys``), the suite's interpreter and the ``workers``
+  (``/usr``, the few ``/etc`` files a Python needs, ``/sys``), the suite's interpreter and the ``specwatch``
   package, plus the run's scratch directory (read-write: the checkout, HOME, the result file). So the code
   under test sees no process of the worker (its own ``/proc``), no file of the service (database, ``.env``,
   mirrors), and has no network but its own loopback. A release (pip mode) is installed first, in a step of
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import workers
+import specwatch
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Sandbox:
             for pattern in self.devices:
                 for node in sorted(glob.glob(pattern)):
                     args += ["--dev-bind", node, node]
-        package = Path(workers.__file__).resolve().parent
+        package = Path(specwatch.__file__).resolve().parent
         for folder in (*self.read_only, package, *read_only):
             args += ["--ro-bind", str(folder), str(folder)]
         for folder in writable:

@@ -33,10 +33,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.alert_text import drift_text
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
-from service.findings import is_web_link
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
 from service.queries import FindingLink, alert_findings
 from service.releases import release_version
+from specwatch.findings import is_web_link
 
 log = logging.getLogger(__name__)
 # slack_sdk logs the webhook URL at DEBUG: its logger never goes below WARNING.

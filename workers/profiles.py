@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Profile:
     name: str
-    # Arguments of `python -m workers.suite run` besides target, seed, device and output.
+    # Arguments of `python -m specwatch run` besides target, seed, device and output.
     suite_args: tuple[str, ...]
     # Wall-clock limit of the suite subprocess, seconds.
     timeout_s: float

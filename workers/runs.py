@@ -26,7 +26,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from service.models import FINISHED_STATUSES, CaseResult, InstallMode, Run, RunStatus, Verdict
-from workers.suite import results as suite
+from specwatch import protocol as suite
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The suite subprocess: isolated from the worker, a clean environment, a wall-clock limit, a memory limit,
 no orphan left behind.
 
-The suite runs as ``python -m workers.suite run ... --json FILE --events`` with the checkout's source
+The suite runs as ``python -m specwatch run ... --json FILE --events`` with the checkout's source
 directory first on ``PYTHONPATH`` (for a release: ``--pip NAME==VERSION``), in its own session (so a timeout
 kills all it started), with ``RLIMIT_AS`` where the OS allows and, on Linux, ``PR_SET_PDEATHSIG`` so it dies
 with its worker. Its environment is built from nothing: no ``SPECWATCH_*`` secret (database URL, webhook
@@ -30,12 +30,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import workers
+import specwatch
+from specwatch.protocol import ExitStatus
 from workers.isolation import Sandbox, warn_if_not_isolated
-from workers.suite.exits import SuiteExit
 
-#: The directory holding the ``workers`` package: the suite's code, after the target's.
-SPECWATCH_ROOT = Path(workers.__file__).resolve().parent.parent
+#: The directory holding the ``specwatch`` package (the suite, and the public API a sampler under test imports),
+#: on the suite's PYTHONPATH after the target's code: a checkout's root, or the site-packages of an install.
+SPECWATCH_ROOT = Path(specwatch.__file__).resolve().parent.parent
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _POLL_S = 0.2
@@ -125,15 +126,15 @@ class SuiteCommand:
 
     def install_argv(self) -> list[str]:
         """The install step of a pip-mode run: the release into its cached folder (before the test, with network).
-        It exits 0, :attr:`~workers.suite.exits.SuiteExit.INSTALL` when pip cannot install the release, else 2."""
-        return [self.python, "-m", "workers.suite.targets.install", self.pip or ""]
+        It exits 0, :attr:`~specwatch.protocol.ExitStatus.INSTALL` when pip cannot install the release, else 2."""
+        return [self.python, "-m", "specwatch.targets.install", self.pip or ""]
 
     def argv(self, result_path: Path) -> list[str]:
         """The suite's command line, writing its run result to ``result_path``."""
         return [
             self.python,
             "-m",
-            "workers.suite",
+            "specwatch",
             "run",
             "--target",
             self.target,
@@ -213,7 +214,7 @@ def run_suite_process(
     env = suite_environment(command.python_path, home, command.passthrough, os.environ) | dict(command.env)
     started = time.monotonic()
     deadline = started + command.timeout_s
-    # Of SPECWATCH_ROOT only the workers package is bound (Sandbox.argv): not the service's folder, its .env
+    # Of SPECWATCH_ROOT only the specwatch package is bound (Sandbox.argv): not the service's folder, its .env
     # or database.
     checkout_paths = [p for p in command.python_path if not p.is_relative_to(scratch) and p != SPECWATCH_ROOT]
     cache = command.cache_dir
@@ -233,8 +234,8 @@ def run_suite_process(
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
             argv = sandbox.argv(command.argv(result_path), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
             code, timed_out, aborted = step.run(argv, deadline, should_abort)
-        elif code is not None and code > 0 and code != SuiteExit.INSTALL:
-            code = SuiteExit.USAGE  # the install step itself failed (not pip): the suite could not test the release
+        elif code is not None and code > 0 and code != ExitStatus.INSTALL:
+            code = ExitStatus.USAGE  # the install step itself failed (not pip): the suite could not test the release
     killed = timed_out or aborted
     return SuiteOutcome(
         exit_code=None if killed else code,

@@ -31,7 +31,7 @@ class WorkerSettings(BaseSettings):
     mirror_dir: Path = Path.home() / ".cache" / "specwatch" / "mirrors"
     # One scratch directory per run attempt (worktree, HOME, results, logs), removed at the end.
     scratch_dir: Path = Path(tempfile.gettempdir()) / "specwatch-runs"
-    # The interpreter that runs `python -m workers.suite`: it needs torch, numpy, scipy and the target's
+    # The interpreter that runs `python -m specwatch`: it needs torch, numpy, scipy and the target's
     # dependencies (for transformers: its requirements, not transformers itself, which comes from the checkout).
     suite_python: str = sys.executable
     # "auto": cuda when the suite's interpreter sees a GPU, else cpu.

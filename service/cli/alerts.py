@@ -17,10 +17,10 @@ from rich.table import Table
 
 from service.alert_text import drift_text
 from service.cli.database import reading
-from service.cli.exits import USAGE
-from service.cli.output import console, fail, out, print_json
 from service.models import AlertKind, AlertState
 from service.queries import AlertRow, AlertStateError, list_alerts, set_alert_state
+from specwatch.cli.output import console, fail, out, print_json
+from specwatch.protocol import ExitStatus
 
 alerts_app = typer.Typer(help="List, acknowledge and resolve alerts.", invoke_without_command=True)
 
@@ -78,7 +78,7 @@ def _set_state(ctx: typer.Context, alert_id: int, state: AlertState, as_json: bo
         try:
             alert = set_alert_state(session, alert_id, state, now=datetime.now(UTC))
         except AlertStateError as exc:
-            fail(str(exc), USAGE)
+            fail(str(exc), ExitStatus.USAGE)
     if as_json:
         print_json(alert)
         return

@@ -1,26 +1,30 @@
 """The unit of work of the commands that use the database (``SPECWATCH_DATABASE_URL``).
 
 Each command is one committed unit of work. Bad input (an invalid or duplicate target, nothing found) is one
-line and :data:`~service.cli.exits.USAGE`; an unreachable or unmigrated database is one line and
-:data:`~service.cli.exits.UNAVAILABLE`.
+line and :attr:`~specwatch.protocol.ExitStatus.USAGE`; an unreachable or unmigrated database is one line and
+:data:`UNAVAILABLE`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 import typer
 from sqlalchemy import make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.cli.exits import UNAVAILABLE, USAGE
-from service.cli.output import fail
 from service.db import session_factory, session_scope
-from service.findings import FindingError
 from service.queries import NotFoundError, QueryError
 from service.targets import TargetError
+from specwatch.cli.output import fail
+from specwatch.findings import FindingError
+from specwatch.protocol import ExitStatus
+
+#: The database is unreachable or not migrated (``targets``, ``history``, ``runs``, ``compare``, ``alerts``).
+UNAVAILABLE: Final = 1
 
 
 def _factory(ctx: typer.Context) -> sessionmaker[Session]:
@@ -36,7 +40,7 @@ def unit_of_work(ctx: typer.Context) -> Iterator[Session]:
         with session_scope(factory) as session:
             yield session
     except (TargetError, FindingError) as exc:
-        fail(str(exc), USAGE)
+        fail(str(exc), ExitStatus.USAGE)
     except (OperationalError, ProgrammingError) as exc:
         # Unreachable, or not migrated (`alembic upgrade head`): one line, never a traceback or a password.
         url = make_url(str(factory.kw["bind"].url)).render_as_string(hide_password=True)
@@ -51,4 +55,4 @@ def reading(ctx: typer.Context) -> Iterator[Session]:
         try:
             yield session
         except (NotFoundError, QueryError) as exc:
-            fail(str(exc), USAGE)
+            fail(str(exc), ExitStatus.USAGE)

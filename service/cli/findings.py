@@ -16,9 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.cli.database import reading
-from service.cli.output import console, out, print_json
 from service.models import FindingState
 from service.queries import FindingRow, add_finding, edit_finding, list_findings, remove_finding, seed_target_findings
+from specwatch.cli.output import console, out, print_json
 
 findings_app = typer.Typer(
     help="A target's known findings: failures already understood (shown as known, still failing).", no_args_is_help=True

@@ -17,9 +17,9 @@ import typer
 from rich.table import Table
 
 from service.cli.database import reading
-from service.cli.exits import USAGE
-from service.cli.output import console, fail, out, print_json
 from service.queries import case_history, case_ids, commits_page, compare, run_detail
+from specwatch.cli.output import console, fail, out, print_json
+from specwatch.protocol import ExitStatus
 
 runs_app = typer.Typer(help="Inspect suite runs.", no_args_is_help=True)
 
@@ -67,7 +67,7 @@ def history(
             return
         matching = [case_id for case_id in case_ids(session, target, branch=page.branch) if fnmatch.fnmatchcase(case_id, case)]
         if not matching:
-            fail(f"no case of {target!r} matches {case!r}", USAGE)
+            fail(f"no case of {target!r} matches {case!r}", ExitStatus.USAGE)
         histories = [case_history(session, target, case_id, branch=page.branch, limit=limit) for case_id in matching]
     if as_json:
         print_json([dataclasses.asdict(h) for h in histories])

@@ -14,12 +14,12 @@ import typer
 from rich.table import Table
 
 from service.cli.database import unit_of_work
-from service.cli.exits import USAGE
-from service.cli.output import console, fail, out, print_json
-from service.findings import shipped_findings
 from service.models import CommitPolicy, InstallMode, Target
 from service.settings import get_settings
 from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
+from specwatch.cli.output import console, fail, out, print_json
+from specwatch.findings import shipped_findings
+from specwatch.protocol import ExitStatus
 
 targets_app = typer.Typer(help="Manage the watched target libraries.", no_args_is_help=True)
 
@@ -30,7 +30,7 @@ def _validated(build: Callable[[], T]) -> T:
     try:
         return build()
     except TargetError as exc:
-        fail(str(exc), USAGE)
+        fail(str(exc), ExitStatus.USAGE)
 
 
 @targets_app.command("add")

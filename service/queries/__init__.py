@@ -1,7 +1,7 @@
 """Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared;
 and the known findings of each target (:mod:`service.queries.findings`), which the readers use to mark known failures.
 
-The API (:mod:`service.api_query`), the CLI (:mod:`service.cli`) and the dashboard
+The API (:mod:`service.routes`), the CLI (:mod:`service.cli`) and the dashboard
 (:mod:`service.dashboard`) answer from these functions only. Each takes a :class:`~sqlalchemy.orm.Session`,
 reads, and returns frozen dataclasses (no ORM objects escape, so nothing lazy-loads after the session ends).
 Unknown names raise :class:`NotFoundError`; bad input (a cursor, an ambiguous sha) :class:`QueryError`.
@@ -33,8 +33,9 @@ from service.queries.findings import (
     seed_findings,
     seed_target_findings,
 )
-from service.queries.runs import CaseRow, RunDetail, coverage_summary, run_detail
+from service.queries.runs import CaseRow, RunDetail, run_detail
 from service.queries.targets import BranchHead, TargetSummary, runs_by_status, targets_overview
+from specwatch.report import coverage_summary
 
 __all__ = [
     "MAX_HISTORY",

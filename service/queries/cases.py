@@ -89,7 +89,7 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
             commit_branch, library_version = fields.pop("branch"), fields.pop("library_version")
             distribution = fields.pop("library_distribution")
             finding = None
-            if matcher and row.verdict is Verdict.fail:
+            if matcher and row.verdict is Verdict.FAIL:
                 version = commit_version(row.sha, library_version)
                 finding = matcher.match(
                     case_id, version=version, distribution=distribution, branch=commit_branch, branch_order=row.branch_order

@@ -128,7 +128,7 @@ def _failed_cases(session: Session, run_ids: Sequence[int]) -> dict[int, list[st
         return {}
     failed: dict[int, list[str]] = {}
     rows = session.execute(
-        select(CaseResult.run_id, CaseResult.case_id).where(CaseResult.run_id.in_(run_ids), CaseResult.verdict == Verdict.fail)
+        select(CaseResult.run_id, CaseResult.case_id).where(CaseResult.run_id.in_(run_ids), CaseResult.verdict == Verdict.FAIL)
     )
     for run_id, case_id in rows:
         failed.setdefault(run_id, []).append(case_id)

@@ -2,7 +2,7 @@
 against the failures the readers show (timeline, run, case, alerts).
 
 Writes flush, never commit (the API request or the CLI command commits). Matching follows
-:mod:`service.findings`; what the database adds is the commit range, resolved to branch positions here.
+:mod:`specwatch.findings`; what the database adds is the commit range, resolved to branch positions here.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.findings import Finding, FindingExistsError, edited, first_match, make_finding, shipped_findings
 from service.models import Alert, Commit, FindingState, KnownFinding, Run, Target
 from service.queries.common import NotFoundError, get_target
 from service.releases import release_version
+from specwatch.findings import Finding, FindingExistsError, edited, first_match, make_finding, shipped_findings
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from service.history import previous_tested_run
 from service.models import CaseResult, Commit, Run, RunStatus, Target, Verdict
 from service.queries.common import NotFoundError
 from service.queries.findings import FindingLink, FindingMatcher, commit_version, finding_matcher
+from specwatch.report import coverage_summary
 
 
 @dataclass(frozen=True)
@@ -46,20 +47,6 @@ class CaseRow:
     @property
     def coverage_summary(self) -> str:
         return coverage_summary(self.coverage)
-
-
-def coverage_summary(coverage: dict[str, Any] | None) -> str:
-    """One line for tables: the most drafts a verification had, how many accepted all / some of >= 2
-    drafts, the range of rounds per call, and "short" when the design was not reached."""
-    if not coverage:
-        return "-"
-    drafts = [int(k) for k, v in coverage.get("drafts", {}).items() if v]
-    rounds = [int(k) for k, v in coverage.get("rounds", {}).items() if v]
-    text = (
-        f"drafts<={max(drafts, default=0)} full {coverage.get('full', 0)} partial {coverage.get('partial', 0)} "
-        f"rounds {min(rounds, default=0)}-{max(rounds, default=0)}"
-    )
-    return text + (" (short of design)" if coverage.get("shortfalls") else "")
 
 
 @dataclass(frozen=True)
@@ -111,7 +98,7 @@ def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None,
         duration_s=result.duration_s,
         same_as_previous=same,
         coverage=(result.details or {}).get("coverage"),
-        finding=finding if result.verdict is Verdict.fail else None,
+        finding=finding if result.verdict is Verdict.FAIL else None,
     )
 
 
@@ -132,7 +119,7 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
     run, commit, target_name = found
     results = list(session.scalars(select(CaseResult).where(CaseResult.run_id == run.id).order_by(CaseResult.case_id)))
     matcher = finding_matcher(session, commit.target_id)
-    findings = _findings(matcher, commit, run, [r.case_id for r in results if r.verdict is Verdict.fail])
+    findings = _findings(matcher, commit, run, [r.case_id for r in results if r.verdict is Verdict.FAIL])
     previous = previous_tested_run(session, commit, run.profile)
     previous_run_id = previous.id if previous is not None else None
     fingerprints: dict[str, str | None] = {}

@@ -157,8 +157,8 @@ def test_three_signed_pushes_give_pass_fail_pass(
         ("accepted", 1, 1)
     ] * 3
     assert statuses_by_commit(factory, shas) == [[RunStatus.passed], [RunStatus.failed], [RunStatus.passed]]
-    assert set(verdicts(factory, good)) == set(verdicts(factory, fixed)) == {Verdict.pass_}
-    assert Verdict.fail in verdicts(factory, bad)
+    assert set(verdicts(factory, good)) == set(verdicts(factory, fixed)) == {Verdict.PASS}
+    assert Verdict.FAIL in verdicts(factory, bad)
     assert len(verdicts(factory, bad)) == 2  # the smoke profile's two cases, stored once
     with factory() as session:
         assert session.scalars(select(Run.attempt).where(Run.purpose == RunPurpose.primary).order_by(Run.id)).all() == [1, 1, 1]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.suite.targets import TargetError
-from workers.suite.targets.install import pip_install
+from specwatch.targets import TargetError
+from specwatch.targets.install import pip_install
 
 # The first install downloads about 2.5 GB (and may resolve twice, see install.py): beyond the default timeout.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(3600)]
@@ -39,7 +39,7 @@ def release() -> Path:
 
 def test_one_ngram_engine_end_to_end_and_the_direct_sampler(release: Path, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    cmd = [sys.executable, "-m", "workers.suite", "run", "--target", "vllm", "--pip", REQUIREMENT, "--json", str(out)]
+    cmd = [sys.executable, "-m", "specwatch", "run", "--target", "vllm", "--pip", REQUIREMENT, "--json", str(out)]
     cmd += ["--cases", "direct/greedy_draft/V8/g3", "--cases", "e2e/ngram/plain", "--max-trials", "4096"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False, timeout=1800)
     assert out.exists(), proc.stderr[-3000:]

@@ -74,7 +74,7 @@ def test_deleting_a_target_deletes_its_history(factory: sessionmaker[Session]) -
         target = a_target()
         commit = Commit(target=target, sha="a" * 40, parents=["b" * 40], branch="main", branch_order=1)
         run = Run(commit=commit, profile="quick")
-        session.add(CaseResult(run=run, case_id="sampler/basic", verdict=Verdict.pass_, details={"k": [1, 2]}))
+        session.add(CaseResult(run=run, case_id="sampler/basic", verdict=Verdict.PASS, details={"k": [1, 2]}))
 
     with session_scope(factory) as session:
         session.delete(session.scalars(select(Target)).one())
@@ -89,7 +89,7 @@ def test_enums_are_stored_by_value_and_columns_round_trip(factory: sessionmaker[
     with session_scope(factory) as session:
         commit = Commit(target=a_target(), sha="c" * 40, parents=["a" * 40, "b" * 40])
         run = Run(commit=commit, profile="quick", lease_expires_at=lease, seed=2**62)
-        session.add(CaseResult(run=run, case_id="sampler/basic", verdict=Verdict.pass_, e_value=float("inf"), details={"k": [1]}))
+        session.add(CaseResult(run=run, case_id="sampler/basic", verdict=Verdict.PASS, e_value=float("inf"), details={"k": [1]}))
 
     with engine.connect() as connection:
         assert connection.execute(text("SELECT verdict FROM case_results")).scalar_one() == "pass"
@@ -106,7 +106,7 @@ def test_enums_are_stored_by_value_and_columns_round_trip(factory: sessionmaker[
         assert run.seed == 2**62
         assert run.commit.parents == ["a" * 40, "b" * 40]
         result = run.case_results[0]
-        assert result.verdict is Verdict.pass_
+        assert result.verdict is Verdict.PASS
         assert result.e_value == float("inf")
         assert result.details == {"k": [1]}
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from service.cli import app
-from service.findings import shipped_findings
+from specwatch.findings import shipped_findings
 from tests.support.history import FAILING_CASE, TARGET, seed_history
 
 pytestmark = pytest.mark.integration

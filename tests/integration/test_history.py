@@ -30,7 +30,7 @@ def _run(session: Session, commit: Commit, status: RunStatus, fingerprints: dict
     session.add(run)
     session.flush()
     for case_id, fingerprint in fingerprints.items():
-        verdict = Verdict.fail if status is RunStatus.failed else Verdict.pass_
+        verdict = Verdict.FAIL if status is RunStatus.failed else Verdict.PASS
         session.add(CaseResult(run_id=run.id, case_id=case_id, verdict=verdict, lossless=True, conformance=True, fingerprint=fingerprint))
     session.flush()
     return run

@@ -42,7 +42,7 @@ def _result(run: Run, case_id: str, order: int, *, failing: bool) -> CaseResult:
     return CaseResult(
         run=run,
         case_id=case_id,
-        verdict=Verdict.fail if failing else Verdict.pass_,
+        verdict=Verdict.FAIL if failing else Verdict.PASS,
         lossless=not failing,
         conformance=True,
         n_trials=20_000,

@@ -30,17 +30,15 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import make_engine
+from service.schema import alembic_config
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_URL = os.environ.get("SPECWATCH_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 def alembic_config_for(url: str) -> Config:
-    """The project's alembic.ini pointed at ``url``, leaving pytest's logging alone."""
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    config.attributes["configure_logging"] = False
-    return config
+    """The server's own Alembic configuration (:func:`service.schema.alembic_config`) pointed at ``url``."""
+    return alembic_config(url)
 
 
 def migrate(url: str) -> None:

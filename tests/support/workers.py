@@ -23,12 +23,12 @@ from service import db
 from service.db import make_engine, session_scope
 from service.models import Commit, Run, Target
 from service.settings import get_settings
+from specwatch.protocol import Acceptance
+from specwatch.protocol import CaseResult as SuiteCaseResult
+from specwatch.protocol import Verdict as SuiteVerdict
 from tests.support.toy_target import ToyRepo
 from workers.celery_app import app, celery_config
 from workers.settings import get_worker_settings
-from workers.suite.results import Acceptance
-from workers.suite.results import CaseResult as SuiteCaseResult
-from workers.suite.results import Verdict as SuiteVerdict
 
 # A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
 # 13 and above are left to the control plane's tests.

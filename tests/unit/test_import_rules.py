@@ -1,11 +1,13 @@
-"""Import rules (docs/architecture.md §3, "Import rules"): the suite uses torch, numpy and scipy only; the control plane never
-imports workers or torch; the public face (specwatch) imports the suite and pytest only. import-linter checks package edges
-in `make lint`; this checks external ones."""
+"""Import rules (docs/architecture.md, "Import rules"): the library (specwatch) imports only what a plain install of it
+brings, its suite torch, numpy and scipy only; the control plane never imports workers or torch. import-linter checks
+package edges in `make lint`; this checks external ones."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,14 +29,44 @@ def _imports(package: Path) -> dict[str, set[str]]:
     return found
 
 
-def test_the_suite_imports_only_torch_numpy_scipy_and_itself():
-    """Target adapters (workers/suite/targets/) may also import the library they adapt."""
-    allowed = set(sys.stdlib_module_names) | {"torch", "numpy", "scipy"}
-    libraries = {"transformers", "tokenizers", "safetensors"}
+#: The libraries the target adapters test (the user's own install, or a run's).
+ADAPTED = {"transformers", "tokenizers", "safetensors", "vllm", "triton"}
+
+
+def _adapted(name: str, file: str) -> bool:
+    return name in ADAPTED and file.startswith("specwatch/targets/")
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower().replace("-", "_") for r in requirements}
+
+
+def test_the_library_imports_only_what_a_plain_install_of_it_brings():
+    """`pip install specwatch` (no extra) must be enough for every module of the library: its declared
+    dependencies and the standard library, plus pytest for the plugin that only pytest loads, plus the library
+    a target adapter (specwatch/targets/) tests, which is the user's or a run's own install."""
+    declared = _requirement_names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    assert {"torch", "numpy", "scipy"} <= declared
+    assert not declared & {"fastapi", "celery", "sqlalchemy", "alembic", "psycopg", "uvicorn", "slack_sdk", "pydantic_settings"}
+    imports = _imports(ROOT / "specwatch")
+    assert {"torch", "numpy", "scipy"} <= set(imports)
     bad = {
-        name: {f for f in files if not (name in libraries and f.startswith("workers/suite/targets/"))}
-        for name, files in _imports(ROOT / "workers" / "suite").items()
-        if name not in allowed and not name.startswith("workers.suite")
+        name: {f for f in files if not _adapted(name, f) and not (name == "pytest" and f == "specwatch/pytest_plugin.py")}
+        for name, files in imports.items()
+        if name not in set(sys.stdlib_module_names) | declared and name != "specwatch"
+    }
+    assert not {name: files for name, files in bad.items() if files}
+
+
+def test_the_suite_itself_imports_torch_numpy_scipy_and_nothing_of_the_command_line():
+    """The statistics, laws, cases, runner and targets run inside the sandbox against a release's own packages:
+    only torch, numpy and scipy (and the adapted library), no typer, rich or packaging."""
+    front = ("specwatch/cli/", "specwatch/findings/", "specwatch/report.py", "specwatch/pytest_plugin.py")
+    allowed = set(sys.stdlib_module_names) | {"torch", "numpy", "scipy", "specwatch"}
+    bad = {
+        name: {f for f in files if not f.startswith(front) and not _adapted(name, f)}
+        for name, files in _imports(ROOT / "specwatch").items()
+        if name not in allowed
     }
     assert not {name: files for name, files in bad.items() if files}
 
@@ -42,15 +74,4 @@ def test_the_suite_imports_only_torch_numpy_scipy_and_itself():
 def test_the_control_plane_never_imports_workers_or_torch():
     imports = _imports(ROOT / "service")
     bad = {name: files for name, files in imports.items() if name == "torch" or name == "workers" or name.startswith("workers.")}
-    assert not bad
-
-
-def test_the_public_face_imports_only_the_suite_and_pytest():
-    """`specwatch` wraps the suite for a library's own tests: the suite, torch (through it) and pytest (the plugin)."""
-    allowed = set(sys.stdlib_module_names) | {"torch", "pytest"}
-    bad = {
-        name: files
-        for name, files in _imports(ROOT / "specwatch").items()
-        if name not in allowed and not name.startswith("workers.suite") and name != "specwatch"
-    }
     assert not bad

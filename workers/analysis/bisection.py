@@ -43,9 +43,9 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[dict[str, Any]])
             continue
         reason = entry.get("reason")
         if reason == "drift":
-            if case.verdict is Verdict.fail or still_drifting(entry, case):
+            if case.verdict is Verdict.FAIL or still_drifting(entry, case):
                 return CommitOutcome.BAD
-        elif case.verdict is Verdict.fail and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and raised(case))):
+        elif case.verdict is Verdict.FAIL and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and raised(case))):
             return CommitOutcome.BAD
     return CommitOutcome.GOOD
 

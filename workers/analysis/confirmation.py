@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def evidence(case: CaseResult | None) -> CaseEvidence | None:
     """A stored case result as confirmation evidence (None when it measured nothing: error, skipped)."""
-    if case is None or case.threshold is None or case.verdict in (Verdict.error, Verdict.skipped):
+    if case is None or case.threshold is None or case.verdict in (Verdict.ERROR, Verdict.SKIPPED):
         return None
     details = case.details or {}
     checks = []
@@ -36,13 +36,13 @@ def evidence(case: CaseResult | None) -> CaseEvidence | None:
         # to a product (-inf); a rejection in both runs still confirms.
         stopped = check.get("stopped_log_e_value", -math.inf)
         checks.append(CheckEvidence(str(check["name"]), str(check.get("layer", "")), bool(check.get("rejected")), stopped))
-    if not checks and case.verdict is Verdict.fail:
+    if not checks and case.verdict is Verdict.FAIL:
         # No per-check evidence (schema 1 rows): the layer's rejection stands for its checks, so only a
         # rejection of the same layer in both runs confirms (the product route needs stopped e-values).
         failed = {LOSSLESS: case.lossless is False, CONFORMANCE: case.conformance is False}
         checks = [CheckEvidence(f"({layer})", layer, True, -math.inf) for layer, yes in failed.items() if yes]
     certain = set(details.get("certain") or [])
-    if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.fail:
+    if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.FAIL:
         certain.add(failure_reason(case))  # schema 1: log E None marked a certain violation of the failed layer
     return CaseEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case))
 

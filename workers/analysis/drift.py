@@ -31,7 +31,7 @@ def _measured(cases: dict[str, CaseResult]) -> list[CaseResult]:
     return [
         c
         for c in cases.values()
-        if c.verdict is Verdict.pass_
+        if c.verdict is Verdict.PASS
         and c.acceptance_observed is not None
         and c.n_trials
         and per_trial_max(c)
@@ -62,7 +62,7 @@ def drifting_cases(session: Session, run: Run, cases: dict[str, CaseResult], con
         rows = session.scalars(
             select(CaseResult)
             .join(Run, CaseResult.run_id == Run.id)
-            .where(CaseResult.case_id == case.case_id, CaseResult.verdict == Verdict.pass_, Run.id.in_(passing.with_only_columns(Run.id)))
+            .where(CaseResult.case_id == case.case_id, CaseResult.verdict == Verdict.PASS, Run.id.in_(passing.with_only_columns(Run.id)))
             .join(Commit, Run.commit_id == Commit.id)
             .order_by(Commit.branch_order.desc(), Run.id.desc())
             .limit(config.drift_baseline_runs)

@@ -22,7 +22,7 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
         return run.status is not RunStatus.uninstallable
     for entry in alert.cases:
         case = cases.get(entry["case_id"])
-        if case is None or case.verdict is not Verdict.pass_:
+        if case is None or case.verdict is not Verdict.PASS:
             return False
         if entry.get("reason") == "drift" and still_drifting(entry, case):
             return False

@@ -77,7 +77,7 @@ def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tu
     PERFORMANCE regression.
     """
     known = known_failures(session, run)
-    failing = sorted((c for c in cases.values() if c.verdict is Verdict.fail), key=lambda c: c.case_id)
+    failing = sorted((c for c in cases.values() if c.verdict is Verdict.FAIL), key=lambda c: c.case_id)
     # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
     # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
     fresh = [c for c in failing if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known]

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.usefixtures("worker_env"), pytest.mark.slow]
 # Lossless but slower: a draft is accepted only when it equals an independent target sample.
 STRICT_ACCEPTANCE = '''"""Speculative sampling that accepts a draft only when an independent target sample agrees."""
 
-from workers.suite.mutants import strict_acceptance as speculative_sample
+from specwatch.mutants import strict_acceptance as speculative_sample
 
 __all__ = ["speculative_sample"]
 '''

@@ -66,7 +66,7 @@ def _run(session: Session, commit: Commit, case_id: str, acceptance: float, boun
         CaseResult(
             run_id=run.id,
             case_id=case_id,
-            verdict=Verdict.pass_,
+            verdict=Verdict.PASS,
             lossless=True,
             conformance=True,
             n_trials=TRIALS,

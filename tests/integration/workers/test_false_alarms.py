@@ -1,7 +1,7 @@
 """200 clean commits raise no alert: the analysis over 200 stored runs of the reference sampler.
 
 Each run is the real suite (the ``smoke`` profile's cases: the two V8 direct cases at TV >= 0.1), executed
-in this process with ``workers.suite.runner.run_suite`` under each commit's own seed (the seed a worker
+in this process with ``specwatch.runner.run_suite`` under each commit's own seed (the seed a worker
 would use), stored as a worker stores it (:func:`workers.runs.record_outcome`) and analysed by
 ``workers.analyse_run`` in branch order: classification, confirmation, acceptance drift against the last 5
 passing runs, resolution. 200 full worker round trips (checkout + subprocess) would cost ~15 minutes for
@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, Commit, Run, RunStatus, Target
+from specwatch.cases import select as select_cases
+from specwatch.runner import SuiteConfig, run_suite
+from specwatch.targets import resolve
 from workers import tasks
 from workers.execution import run_seed
 from workers.profiles import get_profile
 from workers.runs import RunOutcome, claim_run, record_outcome
-from workers.suite.cases import select as select_cases
-from workers.suite.runner import SuiteConfig, run_suite
-from workers.suite.targets import resolve
 
 pytestmark = [pytest.mark.usefixtures("worker_env"), pytest.mark.slow]
 

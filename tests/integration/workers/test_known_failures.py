@@ -35,7 +35,7 @@ def _run(session: Session, commit: Commit, failing: set[str], *, lossless: bool 
             CaseResult(
                 run_id=run.id,
                 case_id=case_id,
-                verdict=Verdict.fail if fails else Verdict.pass_,
+                verdict=Verdict.FAIL if fails else Verdict.PASS,
                 lossless=lossless if fails else True,
                 conformance=not fails if lossless else True,
                 n_trials=10_000,
@@ -120,7 +120,7 @@ def test_certain_failures_are_confirmed(backend_factory: sessionmaker[Session]) 
         confirmation = session.get_one(Run, confirmation_id)
         confirmation.status = RunStatus.failed
         session.add(
-            CaseResult(run_id=confirmation_id, case_id=A, verdict=Verdict.fail, lossless=False, conformance=False, threshold=THRESHOLD)
+            CaseResult(run_id=confirmation_id, case_id=A, verdict=Verdict.FAIL, lossless=False, conformance=False, threshold=THRESHOLD)
         )
         session.flush()
         analyse(session, confirmation_id, config=AnalysisConfig(), now=NOW)
@@ -158,7 +158,7 @@ def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed
                 CaseResult(
                     run_id=confirmation_id,
                     case_id=case_id,
-                    verdict=Verdict.fail if fails else Verdict.pass_,
+                    verdict=Verdict.FAIL if fails else Verdict.PASS,
                     lossless=not fails,
                     conformance=True,
                     log_e_value=math.log(THRESHOLD) + 5 if fails else -1.0,

@@ -222,7 +222,7 @@ def _result(session: Session, run: Run, *, log_e: float) -> None:
         CaseResult(
             run_id=run.id,
             case_id="direct/far_apart/V8/g1",
-            verdict=Verdict.fail if failing else Verdict.pass_,
+            verdict=Verdict.FAIL if failing else Verdict.PASS,
             lossless=not failing,
             conformance=True,
             n_trials=10_000,

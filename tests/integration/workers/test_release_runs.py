@@ -91,8 +91,8 @@ def test_each_new_release_is_installed_with_pip_and_tested(factory: sessionmaker
         assert run.library_version == sha.removeprefix("release:")
         assert run.seed == run_seed(sha)
         assert run.error is None
-    assert verdicts(factory, good_run) == dict.fromkeys(SMOKE_CASES, Verdict.pass_)
-    assert verdicts(factory, bad_run) == dict.fromkeys(SMOKE_CASES, Verdict.fail)
+    assert verdicts(factory, good_run) == dict.fromkeys(SMOKE_CASES, Verdict.PASS)
+    assert verdicts(factory, bad_run) == dict.fromkeys(SMOKE_CASES, Verdict.FAIL)
     # pip fetched each wheel from the local index into the worker's release cache, once per release.
     assert {"/files/toy_lib-1.0-py3-none-any.whl", "/files/toy_lib-1.1-py3-none-any.whl"} <= set(index.requests)
     installed = sorted(p.name for p in (tmp_path / "releases" / "pip").iterdir())

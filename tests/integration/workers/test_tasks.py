@@ -46,7 +46,7 @@ def test_pass_fail_pass_is_stored_per_commit(factory: sessionmaker[Session], toy
     statuses = [tasks.run_suite(run_id)["status"] for run_id in run_ids]
 
     assert statuses == ["passed", "failed", "passed"]
-    for run_id, sha, verdict in zip(run_ids, shas, [Verdict.pass_, Verdict.fail, Verdict.pass_], strict=True):
+    for run_id, sha, verdict in zip(run_ids, shas, [Verdict.PASS, Verdict.FAIL, Verdict.PASS], strict=True):
         run = load(factory, run_id)
         assert run.attempt == 1
         assert run.finished_at is not None
@@ -113,7 +113,7 @@ def test_only_the_attempt_holding_the_run_stores_results(factory: sessionmaker[S
 
     assert (stale, current) == (False, True)
     assert load(factory, run_id).status == RunStatus.passed
-    assert [c.verdict for c in cases(factory, run_id).values()] == [Verdict.pass_]
+    assert [c.verdict for c in cases(factory, run_id).values()] == [Verdict.PASS]
 
 
 def test_a_broken_commit_is_an_error_with_its_stderr_not_a_violation(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:

@@ -74,7 +74,7 @@ def test_bad_numbers_exit_2_before_the_suite_starts(args, message, monkeypatch):
     def no_suite(command):
         raise AssertionError(f"the suite was started: {command}")
 
-    monkeypatch.setattr(sys.modules["service.cli.check"], "_stream", no_suite)
+    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "_stream", no_suite)
     result = _check(*args)
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -107,7 +107,7 @@ def test_module_function_targets_a_user_sampler(tmp_path, monkeypatch):
     _user_module(
         tmp_path,
         """
-        from workers.suite.sampling import reference_sampler
+        from specwatch.sampling import reference_sampler
 
         def sample(step, n, generator):
             return reference_sampler(step, n, generator)
@@ -154,7 +154,7 @@ def test_a_built_in_target_beside_a_library_or_an_unknown_library_is_refused(arg
 
 @pytest.mark.slow
 def test_the_suite_lists_a_library_targets_cases():
-    from workers.suite.__main__ import main
+    from specwatch.__main__ import main
 
     built_in, library = io.StringIO(), io.StringIO()
     with redirect_stdout(built_in):

@@ -25,7 +25,7 @@ def point(order: int, log_e: float | None, *, fail: bool = False, tv: float = 0.
         sha=f"{order:040x}",
         branch_order=order,
         run_id=order,
-        verdict=Verdict.fail if fail else Verdict.pass_,
+        verdict=Verdict.FAIL if fail else Verdict.PASS,
         log_e_value=log_e,
         threshold=THRESHOLD,
         tv_estimate=tv,

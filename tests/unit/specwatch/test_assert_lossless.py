@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from specwatch import LosslessnessError, SpecOutput, SpecStep, assert_lossless, check_lossless
-from workers.suite.mutants import MUTANTS
-from workers.suite.results import Verdict
+from specwatch.mutants import MUTANTS
+from specwatch.protocol import Verdict
 
 pytestmark = pytest.mark.unit
 
@@ -125,7 +125,7 @@ def test_the_plugin_loads_without_torch() -> None:
 def test_the_pytest_fixture_and_its_options(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
-        from workers.suite.mutants import MUTANTS
+        from specwatch.mutants import MUTANTS
 
         def test_mutant(assert_lossless):
             assert_lossless(MUTANTS["swapped_residual"].sampler, cases=["edge/transformers_fixture/*"])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import specwatch
 import workers
 from workers import isolation
 from workers.isolation import Sandbox, resolve_sandbox
@@ -36,7 +37,9 @@ def test_only_the_scratch_directory_is_writable_and_the_service_folder_is_not_bo
     argv = BWRAP.argv(["python"], cwd=Path("/s"), writable=[Path("/s")], read_only=[Path("/checkout/src")])
     assert _binds(argv, "--bind") == ["/s"]
     read_only = _binds(argv, "--ro-bind") + _binds(argv, "--ro-bind-try")
-    assert {"/opt/python", "/checkout/src", str(Path(workers.__file__).resolve().parent)} <= set(read_only)
+    # The library the suite is (and a sampler under test imports), not the worker's own code.
+    assert {"/opt/python", "/checkout/src", str(Path(specwatch.__file__).resolve().parent)} <= set(read_only)
+    assert str(Path(workers.__file__).resolve().parent) not in read_only
     assert str(SPECWATCH_ROOT) not in read_only  # its .env and database stay out of reach
     assert "/etc" not in read_only
     assert "/etc/shadow" not in read_only

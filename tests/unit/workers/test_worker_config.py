@@ -11,12 +11,12 @@ from pydantic import ValidationError
 
 from service.models import RunStatus
 from service.settings import Settings
+from specwatch.protocol import RunResult
+from specwatch.protocol import Verdict as SuiteVerdict
 from workers.celery_app import celery_config
 from workers.execution import interpret, run_seed
 from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir, suite_environment
 from workers.settings import WorkerSettings
-from workers.suite.results import RunResult
-from workers.suite.results import Verdict as SuiteVerdict
 
 
 def test_queues_routes_and_limits() -> None:
@@ -197,7 +197,7 @@ def test_a_release_run_gives_the_suite_the_release_to_install(tmp_path: Path) ->
     assert command.argv(tmp_path / "result.json") == [
         "python",
         "-m",
-        "workers.suite",
+        "specwatch",
         "run",
         "--target",
         "transformers",

@@ -1,0 +1,300 @@
+"""A case's evidence: batches of trials folded into one e-process per check, then judged into a frozen result.
+
+:class:`CaseEvidence` keeps the counts and e-values as batches arrive (a rejection is sticky); :func:`case_result`
+turns them into a :class:`~specwatch.protocol.CaseResult`: the verdict per layer, the headline check, whether
+a pass is powered, and the reason in words. The runner (:mod:`specwatch.runner`) decides when to stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specwatch.cases import Case
+from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
+from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
+from specwatch.sampling import TargetRaised
+from specwatch.stats import (
+    SEQUENTIAL_INFLATION,
+    detectable_epsilon,
+    log_e_dirichlet_mixture,
+    support_violations,
+    tv_interval,
+    weighted_chi2_pvalue,
+)
+
+#: Checks of positions reached less often than this run but do not set the trial cap.
+MIN_DESIGN_REACH = 1e-3
+
+
+@dataclass
+class CaseEvidence:
+    checks: Sequence[CheckSpec]
+    log_threshold: float
+    counts: dict[str, np.ndarray] = field(default_factory=dict)
+    log_e: dict[str, float] = field(default_factory=dict)
+    max_log_e: dict[str, float] = field(default_factory=dict)
+    rejected_at: dict[str, int] = field(default_factory=dict)
+    violations: dict[Layer, Violation] = field(default_factory=dict)
+    malformed: bool = False
+    raised: TargetRaised | None = None
+    trials: int = 0
+    accepted_total: int = 0
+    fingerprint: str = ""
+    coverage: Coverage | None = None
+    expected_accepted: float | None = None
+
+    def __post_init__(self) -> None:
+        self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
+        self.log_e = {c.name: 0.0 for c in self.checks}
+        self.max_log_e = dict(self.log_e)
+
+    def add(self, obs: Observation, n: int) -> None:
+        """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
+        self.trials += n
+        self.accepted_total += obs.accepted_total
+        if obs.expected_accepted is not None:
+            self.expected_accepted = (self.expected_accepted or 0.0) + obs.expected_accepted
+        if obs.coverage is not None:
+            self.coverage = obs.coverage if self.coverage is None else self.coverage.merge(obs.coverage)
+        for violation in obs.violations:
+            self.violations.setdefault(violation.layer, violation)
+        if obs.violations and not obs.counts:
+            self.malformed = True
+            return
+        for check in self.checks:
+            if check.name not in obs.counts:
+                continue
+            counts = self.counts[check.name]
+            counts += obs.counts[check.name]
+            bad = support_violations(counts, check.null)
+            if bad:
+                cell = int(np.flatnonzero((counts > 0) & (check.null <= 0))[0])
+                message = f"{check.name}: {bad} observation(s) in cells of null probability 0 (first: cell {cell})"
+                self.violations.setdefault(check.layer, Violation(check.layer, message))
+                self.log_e[check.name] = math.inf
+            else:
+                self.log_e[check.name] = log_e_dirichlet_mixture(counts, check.null)
+            self.max_log_e[check.name] = max(self.max_log_e[check.name], self.log_e[check.name])
+            if self.max_log_e[check.name] >= self.log_threshold:
+                self.rejected_at.setdefault(check.name, self.trials)
+
+    def failed(self, layer: Layer) -> bool:
+        return layer in self.violations or any(c.layer == layer and c.name in self.rejected_at for c in self.checks)
+
+    def done(self) -> bool:
+        """A lossless failure ends the case; a conformance failure alone keeps testing losslessness."""
+        return self.malformed or self.raised is not None or self.failed(Layer.LOSSLESS)
+
+
+def designed_checks(experiment: Experiment) -> list[CheckSpec]:
+    """The checks that size the run and count for ``powered``: designed, reached with probability >= 1e-3."""
+    return [c for c in experiment.checks if c.designed and c.reach >= MIN_DESIGN_REACH]
+
+
+def case_result(
+    case: Case,
+    experiment: Experiment,
+    state: CaseEvidence,
+    *,
+    beta: float,
+    attempt: int,
+    device: str,
+    cap: int,
+    threshold: float,
+    seed: int,
+    epsilon: float,
+    timed_out: bool,
+    started: float,
+) -> CaseResult:
+    """The frozen result of a case from its evidence (``device``: the device's name, as recorded)."""
+    alpha_test = 1.0 / threshold  # alpha / m
+    designed = {c.name for c in designed_checks(experiment)}
+    checks: list[CheckResult] = []
+    for check in experiment.checks:
+        counts = state.counts[check.name]
+        observations = int(counts.sum())
+        tv_hat, lo, hi = tv_interval(counts, check.null)
+        # What this check can detect from the observations it actually got (not trials x the null's reach:
+        # a sampler that reaches the position less often gives it fewer).
+        design_eps = detectable_epsilon(check.support, observations / SEQUENTIAL_INFLATION, alpha_test, beta)
+        checks.append(
+            CheckResult(
+                name=check.name,
+                layer=check.layer.value,
+                observations=observations,
+                log_e_value=finite_or_none(state.max_log_e[check.name]),
+                e_value=capped_e(state.max_log_e[check.name]),
+                rejected=check.name in state.rejected_at,
+                support_violations=support_violations(counts, check.null),
+                tv_estimate=tv_hat,
+                tv_ci=(lo, hi),
+                design_epsilon=finite_or_none(design_eps),
+                stopped_log_e_value=finite_or_none(state.log_e[check.name]),
+                stopped_e_value=capped_e(state.log_e[check.name]),
+                reach=check.reach,
+                designed=check.name in designed,
+            )
+        )
+    lossless = Verdict.FAIL if state.failed(Layer.LOSSLESS) else Verdict.PASS
+    conformance = Verdict.FAIL if state.failed(Layer.CONFORMANCE) else Verdict.PASS
+    failure: Failure | None = None
+    if lossless == Verdict.FAIL:
+        failure = Failure.LOSSLESS
+    elif state.raised is not None:
+        failure = Failure.RAISED
+        lossless = conformance = Verdict.ERROR  # not measured to the end: the target stopped answering
+    elif conformance == Verdict.FAIL:
+        failure = Failure.CONFORMANCE
+    verdict = Verdict.PASS if failure is None else Verdict.FAIL
+    failed_layer = {Failure.LOSSLESS: Layer.LOSSLESS, Failure.CONFORMANCE: Layer.CONFORMANCE}.get(failure) if failure else None
+    headline = _headline(checks, state, failed_layer, designed)
+    # A certain violation in the failed layer refutes the law outright (infinite evidence, log E None), even
+    # when no check counted it (deterministic experiments, malformed output).
+    certain = failed_layer is not None and failed_layer in state.violations
+    # Power backs a pass: every designed check of each layer that passed got the observations its design
+    # needs (a failure needs none). A conformance-only failure still claims losslessness, so its lossless
+    # checks must be powered.
+    claimed = {c.layer for c in checks if c.name in designed}
+    if failure in (Failure.LOSSLESS, Failure.RAISED):
+        claimed = set()
+    elif failure == Failure.CONFORMANCE:
+        claimed = {Layer.LOSSLESS.value}
+    backing = [c for c in checks if c.name in designed and c.layer in claimed]
+    powered = not (timed_out and failure is None) and all(
+        c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in backing
+    )
+    reason = _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+    # A speculative case that did not exercise what it was built for (drafts per verification, partial and
+    # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
+    coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
+    coverage = None
+    if coverage_design is not None:
+        observed = state.coverage or Coverage()
+        coverage = observed.to_dict(coverage_design)
+        if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
+            powered = False
+            reason = f"coverage short of design: {'; '.join(coverage['shortfalls'])}; {reason}"
+    # An experiment that drafts but cannot measure acceptance honestly says why, rather than passing silently on it.
+    unmeasured: str | None = getattr(experiment, "acceptance_unmeasured", None)
+    if unmeasured:
+        reason = f"{reason}; acceptance not measured: {unmeasured}"
+    expected = experiment.expected_acceptance
+    if state.expected_accepted is not None:
+        expected = state.expected_accepted / state.trials if state.trials else None
+    p_value = None
+    if headline is not None and state.trials > 0:
+        spec = next(c for c in experiment.checks if c.name == headline.name)
+        draws = int(min(999, max(99, 5_000_000 // max(len(spec.null), 1))))  # bounded cost at large V
+        p_value = weighted_chi2_pvalue(state.counts[spec.name], spec.null, np.random.default_rng(seed), draws=draws)
+    digest = hashlib.sha256()
+    for name in sorted(state.counts):
+        digest.update(name.encode())
+        digest.update(state.counts[name].tobytes())
+    return CaseResult(
+        case_id=case.id,
+        family=case.family,
+        description=case.description,
+        verdict=verdict,
+        reason=reason,
+        lossless=lossless,
+        conformance=conformance,
+        n_trials=state.trials,
+        trial_cap=cap,
+        powered=powered,
+        e_value=capped_e(math.inf) if certain else (headline.e_value if headline else 1.0),
+        log_e_value=None if certain else (headline.log_e_value if headline else 0.0),
+        p_value=p_value,
+        threshold=threshold,
+        tv_estimate=headline.tv_estimate if headline else None,
+        tv_ci=headline.tv_ci if headline else None,
+        acceptance=Acceptance(
+            observed=state.accepted_total / state.trials if state.trials else None,
+            expected=expected,
+            per_trial_max=experiment.accepted_per_trial_max,
+        ),
+        counts_digest=digest.hexdigest()[:16],
+        fingerprint=state.fingerprint,
+        duration_s=round(time.perf_counter() - started, 4),
+        seed=seed,
+        attempt=attempt,
+        device=device,
+        checks=tuple(checks),
+        failure=failure,
+        headline=headline.name if headline else None,
+        current_log_e_value=None if certain else (headline.stopped_log_e_value if headline else 0.0),
+        current_e_value=capped_e(math.inf) if certain else (headline.stopped_e_value if headline else 1.0),
+        certain=tuple(layer.value for layer in (Layer.LOSSLESS, Layer.CONFORMANCE) if layer in state.violations),
+        coverage=coverage,
+    )
+
+
+def _headline(checks: Sequence[CheckResult], state: CaseEvidence, failed: Layer | None, designed: set[str]) -> CheckResult | None:
+    """The check a case reports.
+
+    Failed layer: the check that rejected first (the strongest evidence when none did: certain violations).
+    Otherwise the designed checks (reached with probability >= 1e-3): the one with the largest upper TV
+    bound, i.e. the least the case can say. Taking the largest running maximum over all checks instead
+    would headline a rarely reached check that wandered up (its running maximum is not an e-value).
+    """
+    if failed is not None:
+        pool = [c for c in checks if c.layer == failed.value]
+        rejected = [c for c in pool if c.name in state.rejected_at]
+        if rejected:
+            return min(rejected, key=lambda c: (state.rejected_at[c.name], -(math.inf if c.log_e_value is None else c.log_e_value)))
+        return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
+    pool = [c for c in checks if c.name in designed] or list(checks)
+    return max(pool, key=lambda c: (c.tv_ci[1], c.tv_estimate), default=None)
+
+
+def _reason(
+    state: CaseEvidence,
+    checks: Sequence[CheckResult],
+    *,
+    threshold: float,
+    epsilon: float,
+    powered: bool,
+    designed: set[str],
+    claimed: set[str],
+) -> str:
+    if state.raised is not None and not state.failed(Layer.LOSSLESS):
+        error = state.raised.error
+        tail = "".join(traceback.format_exception(error))[-2000:]
+        return f"the target raised on a valid input after {state.trials} trials: {state.raised}\n{tail}"
+    for layer in (Layer.LOSSLESS, Layer.CONFORMANCE):
+        if layer in state.violations:
+            reason = f"certain {layer.value} violation: {state.violations[layer].message}"
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+        rejected = [c for c in checks if c.layer == layer.value and c.rejected]
+        if rejected:
+            first = min(rejected, key=lambda c: state.rejected_at[c.name])
+            reason = (
+                f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
+                f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
+            )
+            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+    if not checks:
+        return f"every deterministic check held in {state.trials} trials"
+    if not powered:
+        worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
+        return (
+            f"no check reached the threshold in {state.trials} trials; underpowered: the observations the checks got "
+            f"detect TV >= {worst:.3g} at the designed power, not {epsilon:g}"
+        )
+    return f"no check reached the threshold in {state.trials} trials (designed to detect TV >= {epsilon:g})"
+
+
+def _underpowered_lossless(
+    layer: Layer, checks: Sequence[CheckResult], *, epsilon: float, powered: bool, designed: set[str], claimed: set[str]
+) -> str:
+    """A conformance failure still claims losslessness: say so when that claim is not backed by power."""
+    if layer is not Layer.CONFORMANCE or powered:
+        return ""
+    worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
+    return f"; losslessness underpowered: its observations detect TV >= {worst:.3g}, not {epsilon:g}"

@@ -1,0 +1,385 @@
+"""Runs cases: batches of trials until a check rejects or the planned cap, then a frozen result.
+
+The evidence of a case and how it is judged live in :mod:`specwatch.evidence`; this module plans the
+trials, draws the batches and assembles the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import numpy as np
+import scipy
+import torch
+
+from specwatch import CATALOGUE_VERSION, SUITE_VERSION
+from specwatch.cases import Case
+from specwatch.evidence import CaseEvidence, case_result, designed_checks
+from specwatch.experiments import Experiment
+from specwatch.laws import validate_law
+from specwatch.protocol import (
+    Acceptance,
+    CaseResult,
+    RunResult,
+    Verdict,
+    run_verdict,
+)
+from specwatch.sampling import Sampler, TargetRaised
+from specwatch.stats import (
+    plan_test,
+    rejection_threshold,
+    trials_for_observations,
+)
+
+#: Every case is tested at this TV distance under ``--quick``.
+QUICK_EPSILON = 0.1
+#: The cap gives every designed check its planned observations except with this probability (binomial).
+SHORTFALL_PROBABILITY = 1e-3
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """How a run is tested. ``alpha`` is the family-wise false-alarm budget of the whole run."""
+
+    alpha: float = 1e-4
+    beta: float = 1e-3
+    epsilon: float | None = None
+    quick: bool = False
+    seed: int = 0
+    attempt: int = 0
+    device: str = "cpu"
+    max_trials: int = 1 << 21
+    first_batch: int = 1024
+    max_batch: int = 1 << 16
+    time_budget_s: float | None = None
+    fail_fast: bool = False
+
+    def epsilon_for(self, case: Case) -> float:
+        if self.epsilon is not None:
+            return self.epsilon
+        return max(case.epsilon, QUICK_EPSILON) if self.quick else case.epsilon
+
+
+@dataclass(frozen=True)
+class Progress:
+    case_id: str
+    index: int
+    total: int
+    trials: int
+    cap: int
+    log_e: float
+    log_threshold: float
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
+    """A 63-bit seed from (run seed, case, attempt): every result is reproducible from its record."""
+    digest = hashlib.blake2b(f"{run_seed}:{case_id}:{attempt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+
+
+FINGERPRINT_SEED = 0
+
+
+#: Probe trials of an experiment that does not say how many it wants.
+DEFAULT_PROBE_TRIALS = 64
+
+
+def probe_trials(experiment: Experiment, first_batch: int) -> int:
+    """Trials of the fingerprint probe: what the experiment asks for (``probe_trials``: many for cheap
+    vectorised chain steps, few for ``generate()`` calls), at most one first batch. It depends on the case
+    alone, never on the run's other cases, so equal behaviour gives equal fingerprints."""
+    wanted = getattr(experiment, "probe_trials", DEFAULT_PROBE_TRIALS)
+    return max(1, min(first_batch, int(wanted)))
+
+
+def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
+    """A hash of the outputs of ``trials`` trials drawn with a seed fixed per case (not per run or commit).
+
+    Two commits whose sampler behaves the same on the case get the same fingerprint, on the same device
+    and library versions, so an unchanged fingerprint marks "behaviour unchanged" at no statistical cost.
+    The probe's trials are not evidence: the test draws its own with the run's seed.
+    """
+    generator = torch.Generator(device=device).manual_seed(derive_seed(FINGERPRINT_SEED, case.id, 0))
+    obs = experiment.run(trials, generator)
+    digest = hashlib.sha256(f"{trials}:".encode())
+    digest.update(obs.sample)
+    for name in sorted(obs.counts):
+        digest.update(name.encode())
+        digest.update(np.asarray(obs.counts[name], dtype=np.int64).tobytes())
+    for violation in obs.violations:
+        digest.update(f"{violation.layer.value}:{violation.message}".encode())
+    return digest.hexdigest()[:16]
+
+
+def device_name(device: str) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(dev)}"
+    return f"cpu:{platform.machine()}"
+
+
+def environment() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, threshold: float) -> int:
+    """Trials that give every designed check its planned observations (power 1 - beta at TV ``epsilon`` at
+    level 1 / ``threshold``) except with probability ``SHORTFALL_PROBABILITY``, within ``config.max_trials``."""
+    if experiment.fixed_trials is not None:
+        return experiment.fixed_trials
+    wanted = 0.0
+    for check in designed_checks(experiment):
+        design = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta)
+        wanted = max(wanted, trials_for_observations(design.needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
+    # At least one first batch of trials, or what the experiment says is its least (``min_trials``: a few hundred
+    # for generate() calls whose checks see many observations per trial).
+    floor = min(config.first_batch, int(getattr(experiment, "min_trials", config.first_batch)))
+    return int(min(config.max_trials, max(math.ceil(wanted), floor)))
+
+
+def top_up(experiment: Experiment, state: CaseEvidence, config: SuiteConfig, *, epsilon: float, threshold: float, cap: int) -> int:
+    """More trials for a designed check that reached the cap short of its planned observations, at the rate it has
+    seen them (a long-horizon check leaves out rows within float noise of a processing boundary, so it sees a little
+    less than ``reach`` per trial); at most ``cap`` more and within ``config.max_trials``. 0 when none is short.
+
+    Stopping is still decided at batch ends from the data alone, so Ville's inequality keeps every check's level.
+    """
+    extra = 0
+    for check in designed_checks(experiment):
+        seen = int(state.counts[check.name].sum())
+        needed = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta).needed
+        if seen < needed and seen > 0:
+            extra = max(extra, math.ceil((needed - seen) * state.trials / seen))
+    return int(max(0, min(extra, cap, config.max_trials - state.trials)))
+
+
+def validate_laws(experiment: Experiment) -> None:
+    """ValueError naming the law unless every check's null is a probability law (finite, >= 0, sums to 1)."""
+    for check in experiment.checks:
+        validate_law(check.name, check.null)
+
+
+def run_case(
+    case: Case,
+    experiment: Experiment,
+    config: SuiteConfig,
+    tests_in_run: int,
+    *,
+    index: int = 0,
+    total: int = 1,
+    progress: ProgressCallback | None = None,
+) -> CaseResult:
+    """Sequentially test one case until a lossless check rejects, a certain violation, or the cap.
+
+    Each check's e-process is compared with m / alpha (m = ``tests_in_run``) after every batch;
+    monitoring at batch ends keeps Ville's guarantee, so the run's family-wise false-alarm rate is at
+    most alpha. The cap gives every check power 1 - beta at the case's TV distance, unless it exceeds
+    ``config.max_trials`` (then ``design_epsilon`` says what the trials run can detect). Checks of
+    positions reached with probability below ``MIN_DESIGN_REACH`` still run but do not set the cap.
+    """
+    started = time.perf_counter()
+    validate_laws(experiment)
+    seed = derive_seed(config.seed, case.id, config.attempt)
+    generator = torch.Generator(device=config.device).manual_seed(seed)
+    epsilon = config.epsilon_for(case)
+    threshold = rejection_threshold(config.alpha, tests_in_run)
+    cap = trial_cap(experiment, config, epsilon, threshold)
+    state = CaseEvidence(experiment.checks, math.log(threshold))
+    batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
+    timed_out = False
+    try:
+        state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
+        planned = cap
+        while not state.done():
+            if state.trials >= cap == planned:  # once, at the planned cap
+                cap += top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned)
+            if state.trials >= cap:
+                break
+            n = min(batch, cap - state.trials)
+            state.add(experiment.run(n, generator), n)
+            if progress is not None:
+                best = max(state.max_log_e.values(), default=0.0)
+                progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
+            if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
+                timed_out = state.trials < cap and not state.done()
+                break
+            batch = min(2 * batch, config.max_batch)
+    except TargetRaised as raised:  # the code under test raised on a valid input: a finding, not an error
+        state.raised = raised
+    return case_result(
+        case,
+        experiment,
+        state,
+        beta=config.beta,
+        attempt=config.attempt,
+        device=device_name(config.device),
+        cap=cap,
+        threshold=threshold,
+        seed=seed,
+        epsilon=epsilon,
+        timed_out=timed_out,
+        started=started,
+    )
+
+
+def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:
+    tail = "".join(traceback.format_exception(exc))[-2000:]
+    return _empty_result(
+        case, config, tests_in_run, verdict=Verdict.ERROR, reason=f"{type(exc).__name__}: {exc}\n{tail}", duration=duration
+    )
+
+
+def skipped_result(case: Case, config: SuiteConfig, tests_in_run: int, reason: str) -> CaseResult:
+    return _empty_result(case, config, tests_in_run, verdict=Verdict.SKIPPED, reason=reason, duration=0.0)
+
+
+def _empty_result(case: Case, config: SuiteConfig, tests_in_run: int, *, verdict: Verdict, reason: str, duration: float) -> CaseResult:
+    return CaseResult(
+        case_id=case.id,
+        family=case.family,
+        description=case.description,
+        verdict=verdict,
+        reason=reason,
+        lossless=verdict,
+        conformance=verdict,
+        n_trials=0,
+        trial_cap=0,
+        powered=False,
+        e_value=1.0,
+        log_e_value=0.0,
+        p_value=None,
+        threshold=rejection_threshold(config.alpha, tests_in_run),
+        tv_estimate=None,
+        tv_ci=None,
+        acceptance=Acceptance(observed=None, expected=None),
+        counts_digest="",
+        fingerprint="",
+        duration_s=round(duration, 4),
+        seed=derive_seed(config.seed, case.id, config.attempt),
+        attempt=config.attempt,
+        device=device_name(config.device),
+    )
+
+
+class CasePool(Protocol):
+    """Runs cases by id in other processes; yields (index, result) as each finishes."""
+
+    def run(self, items: Sequence[tuple[int, Case]], config: SuiteConfig, tests: int) -> Iterator[tuple[int, CaseResult]]: ...
+
+    def cancel(self) -> None: ...
+
+
+def _run_pooled(
+    pool: CasePool,
+    cases: Sequence[Case],
+    built: Sequence[Experiment | BaseException | None],
+    config: SuiteConfig,
+    tests: int,
+    *,
+    on_result: Callable[[CaseResult], None] | None,
+) -> list[CaseResult]:
+    done: dict[int, CaseResult] = {}
+    runnable: list[tuple[int, Case]] = []
+    for index, (case, experiment) in enumerate(zip(cases, built, strict=True)):
+        if experiment is None:
+            done[index] = skipped_result(case, config, tests, case.skip_reason or "skipped")
+        elif isinstance(experiment, BaseException):
+            done[index] = error_result(case, config, tests, experiment, 0.0)
+        else:
+            runnable.append((index, case))
+    for result in done.values():
+        if on_result is not None:
+            on_result(result)
+    for index, result in pool.run(runnable, config, tests):
+        done[index] = result
+        if on_result is not None:
+            on_result(result)
+        if config.fail_fast and result.verdict == Verdict.FAIL:
+            pool.cancel()
+            break
+    return [done[i] for i in sorted(done)]
+
+
+def run_suite(
+    cases: Sequence[Case],
+    sampler: Sampler,
+    config: SuiteConfig,
+    *,
+    target: str = "reference",
+    library: dict[str, str] | None = None,
+    progress: ProgressCallback | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+    pool: CasePool | None = None,
+) -> RunResult:
+    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni).
+
+    With a ``pool`` the runnable cases execute in other processes (results arrive as they finish;
+    per-batch progress is not forwarded); the run result lists cases in catalogue order.
+    """
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    device = torch.device(config.device)
+    built: list[Experiment | BaseException | None] = []
+    for case in cases:
+        if case.skip_reason is not None:
+            built.append(None)
+            continue
+        try:
+            built.append(case.build(sampler, device))
+        except Exception as exc:  # noqa: BLE001 - a target that cannot set a case up is that case's error
+            built.append(exc)
+    tests = max(1, sum(len(e.checks) for e in built if e is not None and not isinstance(e, BaseException)))
+    results: list[CaseResult] = []
+    if pool is not None:
+        results = _run_pooled(pool, cases, built, config, tests, on_result=on_result)
+    for index, (case, experiment) in enumerate(zip(cases, built, strict=True)):
+        if pool is not None:
+            break
+        case_started = time.perf_counter()
+        if experiment is None:
+            result = skipped_result(case, config, tests, case.skip_reason or "skipped")
+        elif isinstance(experiment, BaseException):
+            result = error_result(case, config, tests, experiment, 0.0)
+        else:
+            try:
+                result = run_case(case, experiment, config, tests, index=index, total=len(cases), progress=progress)
+            except Exception as exc:  # noqa: BLE001 - a crashing target is recorded as an error result
+                result = error_result(case, config, tests, exc, time.perf_counter() - case_started)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        if config.fail_fast and result.verdict == Verdict.FAIL:
+            break
+    frozen = tuple(results)
+    return RunResult(
+        suite_version=SUITE_VERSION,
+        catalogue_version=CATALOGUE_VERSION,
+        target=target,
+        verdict=run_verdict(frozen),
+        alpha=config.alpha,
+        beta=config.beta,
+        tests=tests,
+        seed=config.seed,
+        device=device_name(config.device),
+        environment={**environment(), **({f"library_{k}": v for k, v in library.items()} if library else {})},
+        started_at=started_at,
+        duration_s=round(time.perf_counter() - started, 3),
+        results=frozen,
+    )

