@@ -681,3 +681,41 @@ def test_env_example_as_given_refuses_to_run_without_secrets(monkeypatch: pytest
     monkeypatch.setenv("SPECWATCH_WEBHOOK_SECRET", "hook-secret")
     for cls in settings_classes():
         cls(_env_file=None)
+
+
+# ------------------------------------------------------------------------------------------ scripts/demo.py
+@pytest.mark.parametrize(
+    ("statuses", "exit_status"),
+    [(("passed", "failed"), 0), (("passed", "error"), 1), (("error", "error"), 1), (("passed", "uninstallable"), 1)],
+)
+def test_the_demo_fails_when_its_runs_end_without_a_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], statuses: tuple[str, str], exit_status: int
+) -> None:
+    """scripts/demo.py against a fake API: exit 0 only when both runs have a verdict, else 1 with each run's error."""
+    import httpx
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    demo = importlib.import_module("demo")
+    error = "the worker cannot isolate the suite: bwrap: Can't mount proc on /newroot/proc"
+
+    def api(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "POST":
+            return httpx.Response(201 if path == "/targets" else 202, json={})
+        if path.endswith("/commits"):
+            return httpx.Response(200, json={"commits": [{"run_id": 1}, {"run_id": 2}]})
+        run_id = int(path.rsplit("/", 1)[1])
+        status = statuses[run_id - 1]
+        return httpx.Response(
+            200, json={"sha": f"{run_id}" * 40, "status": status, "cases": [], "error": error if status == "error" else None}
+        )
+
+    client = httpx.Client
+    monkeypatch.setattr(demo.httpx, "Client", lambda **options: client(transport=httpx.MockTransport(api), **options))
+    monkeypatch.setattr(sys, "argv", ["demo.py", "--workdir", str(tmp_path), "--timeout", "30"])
+    assert demo.main() == exit_status
+    err = capsys.readouterr().err
+    if exit_status:
+        assert "did not test the commits" in err
+    if "error" in statuses:
+        assert error in err
