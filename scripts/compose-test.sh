@@ -96,7 +96,8 @@ cleanup() {
             compose logs --no-color --tail 80 || true
         fi
         say "down -v"
-        COMPOSE_STEP_S=180 compose down -v --remove-orphans >/dev/null 2>&1 || podman pod rm -f -a >/dev/null 2>&1 || true
+        COMPOSE_STEP_S=180 compose down -v --remove-orphans >/dev/null 2>&1 \
+            || podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$PROJECT") >/dev/null 2>&1 || true
     fi
     [ -n "$INDEX_PID" ] && kill "$INDEX_PID" 2>/dev/null
     stop_service

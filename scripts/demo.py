@@ -104,18 +104,21 @@ def register_target(client: httpx.Client, token: str, name: str, repo: Path) -> 
 
 
 def wait_for_runs(client: httpx.Client, token: str, name: str, count: int, timeout_s: float) -> dict[int, dict[str, Any]] | None:
-    """The target's runs once ``count`` of them have finished (by run id, as ``GET /runs/{id}`` gives them), or
-    None when ``timeout_s`` passes first. Prints each change of status."""
+    """The latest run of each of the target's commits once ``count`` of them have finished (by run id, as
+    ``GET /runs/{id}`` gives them), or None when ``timeout_s`` passes first. Prints each change of status."""
     headers = {"Authorization": f"Bearer {token}"}
     deadline = time.monotonic() + timeout_s
-    runs: dict[int, dict[str, Any]] = {}
+    seen: dict[int, str] = {}
     while time.monotonic() < deadline:
+        # Each commit's latest run: a failing run's confirmation rerun takes its place.
         page = client.get(f"/targets/{name}/commits", headers=headers).json()
+        runs = {}
         for run_id in (c["run_id"] for c in page["commits"] if c["run_id"] is not None):
             run = client.get(f"/runs/{run_id}", headers=headers).json()
-            if run_id not in runs or runs[run_id]["status"] != run["status"]:
+            if seen.get(run_id) != run["status"]:
                 error = f" ({run['error']})" if run.get("error") else ""
                 print(f"run {run_id} ({run['sha'][:12]}): {run['status']}, {len(run['cases'])} case result(s){error}")
+                seen[run_id] = run["status"]
             runs[run_id] = run
         if len(runs) >= count and all(r["status"] in FINISHED for r in runs.values()):
             return runs
