@@ -1,13 +1,33 @@
-"""Alert entries in words, the same for Slack, the dashboard and the ``specwatch`` command line."""
+"""Alert entries in words, the same for Slack, the dashboard and the ``specwatch`` command line.
+
+Much of an alert's text comes from the library under test, not from specwatch: the error text of an exception,
+broken or uninstallable entry, a case's id and reason (the suite writes its result file inside the sandbox,
+beside the code under test). :func:`mrkdwn` makes such text literal in Slack and short (issue 28, item 3).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from service.textlimits import CUT_MARKER, cut
+
+__all__ = ["CUT_MARKER", "TEXT_MAX", "cut", "drift_range", "drift_text", "mrkdwn"]
+
+#: The most characters of one library-provided text in a message (an error's first line, a case id).
+TEXT_MAX = 500
+
+
+def mrkdwn(value: object, limit: int = TEXT_MAX) -> str:
+    """``value`` as literal text inside Slack mrkdwn, at most ``limit`` characters before escaping: ``&``, ``<`` and
+    ``>`` escaped, so ``<!channel>`` stays text and ``<https://x|dashboard>`` is no link (Slack's control
+    characters, https://api.slack.com/reference/surfaces/formatting#escaping)."""
+    return cut(str(value), limit).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
 
 def _num(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    # Only numbers: an entry's figures come from a result file, and a string there must not reach a message.
+    return format(value, spec) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
 def drift_range(entry: Mapping[str, Any]) -> int | None:
@@ -24,7 +44,7 @@ def drift_text(entry: Mapping[str, Any]) -> str | None:
         return None
     bound = drift_range(entry)
     runs = entry.get("baseline_runs")
-    over = f" over {runs} run(s)" if runs is not None else ""
+    over = f" over {_num(runs, ',')} run(s)" if runs is not None else ""
     text = (
         f"acceptance {_num(entry.get('acceptance_observed'), '.3f')} per trial vs baseline {_num(entry.get('baseline_mean'), '.3f')}"
         f"{over} ({_num(entry.get('baseline_trials'), ',')} trials): difference {_num(entry.get('difference'), '+.3f')}, "
@@ -33,5 +53,5 @@ def drift_text(entry: Mapping[str, Any]) -> str | None:
     )
     left_out = entry.get("baseline_left_out")
     if left_out:
-        text += f"; {left_out} earlier run(s) over another range left out"
+        text += f"; {_num(left_out, ',')} earlier run(s) over another range left out"
     return text

@@ -77,9 +77,11 @@ def create_app(
     # their (empty) session.
     secret = session_secret(settings)
     app.state.sign_in_enabled = secret is not None
+    # Signs the session cookie and keys the token ids of dashboard_sessions (service.dashboard.session.token_key).
+    app.state.session_key = secret or secrets.token_urlsafe(32)
     app.add_middleware(
         SessionMiddleware,
-        secret_key=secret or secrets.token_urlsafe(32),
+        secret_key=app.state.session_key,
         session_cookie=SESSION_COOKIE,
         max_age=SESSION_MAX_AGE_S,
         path=dashboard.DASHBOARD_PATH,

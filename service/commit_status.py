@@ -18,6 +18,7 @@ import re
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.alert_text import cut
 from service.models import Commit, Notification, NotificationChannel, NotificationStatus, Run, RunPurpose, Target
 from service.releases import release_version
 
@@ -53,6 +54,9 @@ def add_notification(session: Session, row: Notification) -> int:
     session.flush()
     return 1
 
+
+#: GitHub refuses a commit status whose description is longer (422).
+GITHUB_DESCRIPTION_MAX = 140
 
 #: What a status says, by name: (GitHub state, description). The plain outcomes of a run, and the steps
 #: of a failing run's confirmation.
@@ -90,7 +94,7 @@ def queue_status(session: Session, run: Run, commit: Commit, status: str, dashbo
             "sha": commit.sha,
             "state": state,
             "target_url": f"{dashboard_url.rstrip('/')}/ui/runs/{run.id}",
-            "description": description[:140],
+            "description": cut(description, GITHUB_DESCRIPTION_MAX),
             "context": f"specwatch/{run.profile}",
         },
         status=NotificationStatus.pending,

@@ -25,11 +25,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.ancestry import ancestry_order
 from service.commit_status import queue_status
 from service.history import on_branch
 from service.models import Commit, CommitPolicy, Run, RunPurpose, RunStatus, Target
 from service.releases import release_sha
 from service.settings import Settings
+from service.textlimits import cut
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,22 @@ class RunOptions:
         )
 
 
+#: The most characters stored of a commit's message and of its author (name and email), whoever found the
+#: commit (a signed push, git, a poller); longer ones are cut with a marker (issue 28, item 6). A message
+#: longer than 16 KiB is rare (squash merges), and the timeline shows only its first line.
+COMMIT_MESSAGE_MAX = 16 * 1024
+AUTHOR_MAX = 255
+
+
 @dataclass(frozen=True)
 class NewCommit:
-    """A commit as its finder describes it (a push knows no parents; git and the pollers do)."""
+    """A commit as its finder describes it: git (pollers, the mirror) knows its parents; a push lists its commits
+    oldest first, each taken as the next one's first parent (see :mod:`service.webhooks.deliveries`)."""
 
     sha: str
     parents: tuple[str, ...] = ()
+    # False: parents inferred (a push's listing), kept only until git's own are recorded.
+    exact_parents: bool = True
     author: str | None = None
     committed_at: datetime | None = None
     message: str | None = None
@@ -77,17 +89,24 @@ def lock_targets(session: Session, target_ids: Iterable[int]) -> list[Target]:
 
 
 def record_commits(session: Session, target: Target, branch: str | None, commits: Sequence[NewCommit]) -> tuple[dict[str, Commit], int]:
-    """Add the commits ``target`` does not know yet, in the given (branch) order after the branch's last one.
+    """Add the commits ``target`` does not know yet and put the branch in git order (:func:`reorder_branch`).
 
     ``commits`` is oldest first. Returns every listed commit's row by sha (known or new) and how many were new.
-    A commit already known (from another branch, a push or an earlier poll) keeps its branch and order.
+    A commit already known (from another branch, a push or an earlier poll) keeps its branch; its parents are
+    filled in when unknown, and replaced by exact ones (git's) when they were inferred. New commits go after the branch's last one,
+    then ancestry moves each to its place (a late-arriving ancestor before its descendants).
     """
     shas = [c.sha for c in commits]
     known = {c.sha: c for c in session.scalars(select(Commit).where(Commit.target_id == target.id, Commit.sha.in_(shas)))}
     order = session.scalar(select(func.max(Commit.branch_order)).where(Commit.target_id == target.id, on_branch(branch))) or 0
     new = 0
+    learned = False
     for described in commits:
         if described.sha in known:
+            existing = known[described.sha]
+            if described.parents and list(described.parents) != existing.parents and (described.exact_parents or not existing.parents):
+                existing.parents = list(described.parents)
+                learned = True
             continue
         order += 1
         committed_at = described.committed_at
@@ -99,15 +118,38 @@ def record_commits(session: Session, target: Target, branch: str | None, commits
             parents=list(described.parents),
             branch=branch,
             branch_order=order,
-            author=described.author,
+            author=cut(described.author, AUTHOR_MAX),
             committed_at=committed_at,
-            message=described.message,
+            message=cut(described.message, COMMIT_MESSAGE_MAX),
         )
         session.add(commit)
         known[commit.sha] = commit
         new += 1
     session.flush()
+    if branch is not None and (new or learned):
+        reorder_branch(session, target, branch)
     return known, new
+
+
+def reorder_branch(session: Session, target: Target, branch: str) -> int:
+    """Renumber ``branch``'s commits in git order (:func:`service.ancestry.ancestry_order`); how many moved.
+
+    Callers hold the target's lock (:func:`lock_targets`), so orders are assigned by one writer at a time.
+    """
+    commits = list(
+        session.scalars(select(Commit).where(Commit.target_id == target.id, on_branch(branch)).order_by(Commit.branch_order, Commit.id))
+    )
+    by_sha = {c.sha: c for c in commits}
+    ordered = ancestry_order([c.sha for c in commits], {c.sha: c.parents or [] for c in commits})
+    first = min((c.branch_order for c in commits if c.branch_order is not None), default=1)
+    moved = 0
+    for offset, sha in enumerate(ordered):
+        commit = by_sha[sha]
+        if commit.branch_order != first + offset:
+            commit.branch_order = first + offset
+            moved += 1
+    session.flush()
+    return moved
 
 
 def queue_runs(session: Session, commits: Iterable[Commit], options: RunOptions) -> list[int]:

@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     # Bodies read at once per process; more get 503 with Retry-After (memory before authentication is bounded
     # by this times webhook_spool_bytes).
     webhook_max_concurrent_bodies: int = Field(default=8, gt=0)
+    # A body is read within this many seconds of its first byte being awaited, and no read waits longer than
+    # webhook_body_read_timeout_s; past either the request gets 408 and its slot is free again. GitHub itself
+    # gives a delivery 10 s in all, so a real push never needs more; a client dripping bytes with a false
+    # signature holds a slot for seconds, not for as long as it likes (issue 28).
+    webhook_body_deadline_s: float = Field(default=10.0, gt=0, le=300)
+    webhook_body_read_timeout_s: float = Field(default=5.0, gt=0, le=300)
     # The suite profile of runs queued by webhooks and pollers.
     run_profile: str = Field(default="default", min_length=1, max_length=50)
     # A queued run that no worker has started by then is re-enqueued by the sweeper (workers.sweep_runs):

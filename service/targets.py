@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
@@ -273,14 +273,15 @@ def make_spec(
     repo_policy: RepoPolicy | None = None,
 ) -> TargetSpec:
     """Validate user input (CLI or API) into a :class:`TargetSpec`; raises :class:`TargetError`. The repository
-    must be one ``repo_policy`` allows (default: the strict :class:`RepoPolicy`)."""
+    must be one ``repo_policy`` allows (default: the strict :class:`RepoPolicy`); a local one must exist and be a
+    git repository (:func:`check_local_repository`), checked before anything is saved."""
     if isinstance(poll, int):
         if poll < MIN_POLL_INTERVAL_S:
             raise TargetError(f"poll interval {poll}s is too short: at least {MIN_POLL_INTERVAL_S}s")
         poll_interval_s: int | None = poll
     else:
         poll_interval_s = None if poll is None else parse_duration(poll)
-    return TargetSpec(
+    spec = TargetSpec(
         name=validate_name(name),
         repo_url=validate_repo_url(repo_url, repo_policy),
         branches=validate_branches(branches),
@@ -289,6 +290,21 @@ def make_spec(
         poll_interval_s=poll_interval_s,
         commit_policy=parse_commit_policy(commit_policy),
     )
+    check_local_repository(spec.repo_url)
+    return spec
+
+
+def check_local_repository(url: str) -> None:
+    """A local repository (an absolute path or a ``file://`` URL) exists and is a git repository; else
+    :class:`TargetError` saying so. A network URL is left to the pollers and workers: when it cannot be cloned,
+    the target gets one configuration alert with the cause (``workers.analysis.configuration``)."""
+    if _scheme_of(url) != "file":
+        return
+    path = Path(urlsplit(url).path if url.startswith("file:") else url)
+    if not path.exists():
+        raise TargetError(f"repository {url!r} does not exist: give the path of a git repository on this machine, or a clone URL")
+    if not ((path / "HEAD").is_file() or (path / ".git").exists()):
+        raise TargetError(f"repository {url!r} is not a git repository (it has no .git, and no HEAD as a bare repository has)")
 
 
 def add_target(session: Session, spec: TargetSpec) -> Target:

@@ -126,6 +126,8 @@ def _library_of(args: argparse.Namespace) -> str:
     if args.pip:
         return re.split(r"[=<>~!\[;\s]", args.pip.strip(), maxsplit=1)[0].lower().replace("_", "-")
     root = Path(args.source).expanduser()
+    if not root.is_dir():
+        raise UsageError(f"--source {args.source}: no such directory")
     packages = root / "src" if (root / "src").is_dir() else root
     for library in LIBRARY_TARGETS:
         if (packages / library.replace("-", "_") / "__init__.py").is_file():
@@ -162,12 +164,19 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         return rerun_with(path, [*rest, "--target", args.target])
     config = _config(args)
     target = resolve(args.target)
-    cases = tuple(c for c in select(args.cases, target.cases) if c.quick or not args.quick)
+    matched = select(args.cases, target.cases)
+    cases = tuple(c for c in matched if c.quick or not args.quick)
     if not cases:
-        raise UsageError(f"no case matches {' '.join(args.cases)!r}; see `python -m specwatch list`")
+        outside = " (all outside the --quick profile: leave --quick out)" if matched else ""
+        raise UsageError(f"no case matches {' '.join(args.cases)!r}{outside}; see `python -m specwatch list`")
+    # Cases a --cases glob named that the --quick profile leaves out: said, never dropped silently.
+    running = {c.id for c in cases}
+    left_out = [c.id for c in matched if c.id not in running] if args.cases else []
     torch.set_num_threads(1)
     if args.events:
-        _emit("start", target=target.spec, cases=[c.id for c in cases])
+        _emit("start", target=target.spec, cases=[c.id for c in cases], left_out=left_out)
+    elif left_out:
+        print(f"--quick: {len(left_out)} of {len(matched)} matching case(s) are outside the quick profile, not run", file=sys.stderr)
 
     def progress(p: Progress) -> None:
         fields = asdict(p)

@@ -153,6 +153,12 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def failed_layers(self) -> tuple[Layer, ...]:
+        """The layers whose law this case refuted, losslessness first."""
+        return tuple(
+            layer for layer, verdict in ((Layer.LOSSLESS, self.lossless), (Layer.CONFORMANCE, self.conformance)) if verdict == Verdict.FAIL
+        )
+
     @classmethod
     def from_json(cls, data: Any) -> CaseResult:
         """A case as :meth:`to_dict` wrote it (parsed JSON), checked: :class:`ResultSchemaError` if it is not one."""

@@ -1,16 +1,22 @@
 """A ``specwatch check`` run as Markdown, ready to paste into an upstream issue (``--markdown FILE``).
 
 It says what was tested (library, version, commit, dependencies, torch, Python, device), which cases
-failed with the evidence (trials, e-value against the threshold, TV estimate and its interval, which is
-descriptive) and which of them a known finding explains (``known_finding``, set by ``specwatch check``), and the
-exact command that reproduces the run (seeds derive from it).
+failed with the evidence (trials, log e-value against the threshold's log, TV estimate and its interval, which
+is descriptive) and which of them a known finding explains (with an absolute link, or the finding's section named
+in words: a relative link would be broken in an upstream issue), and the exact command that reproduces the run
+(seeds derive from it).
 """
 
 from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, metadata
 from typing import Any
+
+from specwatch.findings import Finding
+from specwatch.protocol import CaseResult, RunResult, Verdict
 
 _ENVIRONMENT_KEYS = (
     "library_name",
@@ -25,49 +31,66 @@ _ENVIRONMENT_KEYS = (
 )
 
 
-def _evidence(result: dict[str, Any]) -> str:
-    log_e = result.get("log_e_value")
-    if log_e is None:
-        return "certain (an impossible output)"
-    return f"log E = {log_e:.1f} (threshold log {math.log(float(result['threshold'])):.1f})"
+def _evidence(result: CaseResult) -> str:
+    threshold = math.log(result.threshold)
+    if result.log_e_value is None:
+        return f"certain (an impossible output; threshold log E {threshold:.1f})"
+    return f"log E = {result.log_e_value:.1f} (threshold log E {threshold:.1f})"
 
 
-def _tv(result: dict[str, Any]) -> str:
-    tv, ci = result.get("tv_estimate"), result.get("tv_ci")
+def _tv(result: CaseResult) -> str:
+    tv, ci = result.tv_estimate, result.tv_ci
     if tv is None:
         return "-"
     return f"{tv:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{tv:.3f}"
 
 
-def _known(result: dict[str, Any]) -> str:
-    known = result.get("known_finding")
-    if not known:
+def finding_url(link: str) -> str | None:
+    """An absolute address for a finding's link: itself when it is one; for a section of specwatch's
+    ``docs/findings.md``, that file in the project's repository (the ``Source`` URL of the installed package's
+    metadata); None when neither is known (the report then names the section in words, never a relative link)."""
+    if link.startswith(("https://", "http://")):
+        return link
+    try:
+        urls = metadata("specwatch").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    source = next((u.split(",", 1)[1].strip() for u in urls if u.split(",", 1)[0].strip().lower() == "source"), None)
+    return f"{source.rstrip('/')}/blob/main/{link}" if source else None
+
+
+def _known(result: CaseResult, known: Mapping[str, Finding]) -> str:
+    finding = known.get(result.case_id)
+    if finding is None:
         return "new"
-    title = _cell(known["title"])
-    link = str(known["link"])
-    return f"known: [{title}]({link})" if link.startswith(("https://", "http://")) else f"known: {title} (`{_cell(link)}`)"
+    title = _cell(finding.title)
+    url = finding_url(finding.link)
+    if url is not None:
+        return f"known: [{title}]({url})"
+    section = finding.link.partition("#")[2] or finding.link
+    return f"known: {title} (specwatch's docs/findings.md, section `{_cell(section)}`)"
 
 
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_report(run: dict[str, Any], command: list[str]) -> str:
-    """The report of ``run`` (the suite's run result as JSON) reproduced by ``command`` (argv)."""
-    results: list[dict[str, Any]] = list(run.get("results") or [])
-    failed = [r for r in results if r.get("verdict") == "fail"]
-    errored = [r for r in results if r.get("verdict") == "error"]
-    environment = run.get("environment") or {}
-    name = environment.get("library_name") or run.get("target", "?")
+def markdown_report(run: RunResult, known: Mapping[str, Finding], command: list[str]) -> str:
+    """The report of ``run`` (``known``: the failures a finding explains, by case id) reproduced by ``command``."""
+    results = run.results
+    failed = [r for r in results if r.verdict == Verdict.FAIL]
+    errored = [r for r in results if r.verdict == Verdict.ERROR]
+    environment = run.environment
+    name = environment.get("library_name") or run.target
     version = environment.get("library_version", "")
-    known = sum(1 for r in failed if r.get("known_finding"))
+    explained = sum(1 for r in failed if r.case_id in known)
     lines = [
         f"## specwatch: {len(failed)} of {len(results)} case(s) fail on {name} {version}".rstrip()
-        + (f" ({known} of them known finding{'s' if known != 1 else ''})" if known else ""),
+        + (f" ({explained} of them known finding{'s' if explained != 1 else ''})" if explained else ""),
         "",
-        f"Verdict **{run.get('verdict', '?')}** at family-wise false-alarm rate α = {run.get('alpha')} "
-        f"over {run.get('tests')} sequential tests (e-processes against exact laws); seed {run.get('seed')}, "
-        f"device {run.get('device')}, suite {run.get('suite_version')} (catalogue {run.get('catalogue_version')}).",
+        f"Verdict **{run.verdict.value}** at family-wise false-alarm rate α = {run.alpha} "
+        f"over {run.tests} sequential tests (e-processes against exact laws); seed {run.seed}, "
+        f"device {run.device}, suite {run.suite_version} (catalogue {run.catalogue_version}).",
         "",
         "| | |",
         "| --- | --- |",
@@ -85,11 +108,12 @@ def markdown_report(run: dict[str, Any], command: list[str]) -> str:
             "| --- | --- | ---: | --- | --- | --- | --- |",
         ]
         for r in failed + errored:
-            layer = ", ".join(n for n in ("lossless", "conformance") if r.get(n) == "fail") or r.get("verdict", "")
+            layers = [layer.value for layer in r.failed_layers()]
+            layer = ", ".join(layers) or r.verdict.value
+            reason = r.reason.splitlines()[0] if r.reason else ""
             lines.append(
-                f"| `{r['case_id']}` | {layer} | {int(r.get('n_trials', 0)):,} | {_evidence(r)} | {_tv(r)} "
-                f"| {_cell((r.get('reason') or '').splitlines()[0] if r.get('reason') else '')} "
-                f"| {_known(r) if r.get('verdict') == 'fail' else '-'} |"
+                f"| `{r.case_id}` | {layer} | {r.n_trials:,} | {_evidence(r)} | {_tv(r)} "
+                f"| {_cell(reason)} | {_known(r, known) if r.verdict == Verdict.FAIL else '-'} |"
             )
     lines += ["", "### Reproduce", "", "```", shlex.join(command), "```", ""]
     return "\n".join(lines)

@@ -49,11 +49,14 @@ class CheckoutError(Exception):
 
     ``transient``: the remote could not be reached (host not found, no connection, TLS, a timeout); the run is
     then tried again later like a release that could not be installed, not recorded as a broken commit.
+    ``configuration``: the repository itself cannot be used (refused by the policy, missing, not a repository,
+    no access): an error of the target's configuration, whatever the commit, never a broken commit.
     """
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(self, message: str, *, transient: bool = False, configuration: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+        self.configuration = configuration
 
 
 class CommitNotFoundError(CheckoutError):
@@ -140,11 +143,12 @@ def check_repository(repo_url: str, policy: RepoPolicy) -> str:
     try:
         validate_repo_url(repo_url, policy)
     except TargetError as exc:
-        raise CheckoutError(f"repository refused: {exc}") from None
+        raise CheckoutError(f"repository refused: {exc}", configuration=True) from None
     if not policy.allow_private_hosts and not repo_url.startswith("/"):
         host = _host_of(repo_url)
         if host and not is_private_host(host) and resolves_to_private(host):
-            raise CheckoutError(f"repository refused: {host} resolves to a private or loopback address (SPECWATCH_ALLOW_PRIVATE_HOSTS)")
+            why = f"repository refused: {host} resolves to a private or loopback address (SPECWATCH_ALLOW_PRIVATE_HOSTS)"
+            raise CheckoutError(why, configuration=True)
     return repo_url
 
 
@@ -236,7 +240,10 @@ class MirrorCache:
             partial = mirror.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
             log.info("mirror_clone repo=%s path=%s", loggable(redact_url(repo_url)), mirror)
-            self._git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
+            try:
+                self._git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
+            except CheckoutError as exc:  # unreachable: transient; else the repository cannot be cloned at all
+                raise CheckoutError(str(exc), transient=exc.transient, configuration=True) from exc
             partial.rename(mirror)
         full = self._resolve(mirror, sha)
         if full is None:

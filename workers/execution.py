@@ -26,6 +26,7 @@ crash (another exit status or a signal, e.g. the memory limit), a wall-clock tim
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
 import os
@@ -51,6 +52,7 @@ from service.targets import RepoPolicy
 from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
 from workers.checkout import CheckoutError, MirrorCache
 from workers.isolation import Sandbox, resolve_sandbox
+from workers.limits import RunLimits
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
@@ -123,10 +125,31 @@ class Heartbeat:
         self._thread.join()
 
 
+class AttemptStatus(enum.StrEnum):
+    """How one attempt at a run ended (what the task reports). The first four are the run's own finished statuses,
+    stored by the attempt; the others leave the run to someone else."""
+
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    uninstallable = "uninstallable"
+    #: The commit could not be installed: the run is queued again, and sent again after ``retry_in_s``.
+    retrying = "queued"
+    #: Nothing to do: the run is gone, finished, cancelled or not due (``reason`` says which).
+    skipped = "skipped"
+    #: Another attempt holds the run now (this one's lease expired): its result was not stored.
+    lease_lost = "lease-lost"
+
+    @property
+    def finished(self) -> bool:
+        """The run finished with this attempt (its outcome is stored): it is analysed next."""
+        return self in (AttemptStatus.passed, AttemptStatus.failed, AttemptStatus.error, AttemptStatus.uninstallable)
+
+
 @dataclass(frozen=True)
 class AttemptResult:
     run_id: int
-    status: str  # a RunStatus value (queued: could not install, retried), or "skipped" / "lease-lost"
+    status: AttemptStatus
     reason: str | None = None
     # The run could not install its commit and is queued again: send it again after this many seconds.
     retry_in_s: float | None = None
@@ -143,7 +166,7 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         claim = claim_run(session, run_id, worker=worker, now=utcnow(), lease_s=settings.lease_s)
     if isinstance(claim, Skipped):
         log.info("run_skipped run_id=%s reason=%s", run_id, claim.reason)
-        return AttemptResult(run_id, "skipped", claim.reason)
+        return AttemptResult(run_id, AttemptStatus.skipped, claim.reason)
     log.info("run_claimed run_id=%s attempt=%s sha=%s profile=%s worker=%s", run_id, claim.attempt, claim.sha, claim.profile, worker)
     heartbeat = Heartbeat(factory, run_id, claim.attempt, lease_s=settings.lease_s, interval_s=settings.heartbeat_s)
     with heartbeat:
@@ -151,15 +174,15 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
             outcome = _attempt(claim, settings, heartbeat)
         except LeaseLostError as exc:
             log.warning("run_abandoned run_id=%s attempt=%s reason=%s", run_id, claim.attempt, exc)
-            return AttemptResult(run_id, "lease-lost", str(exc))
+            return AttemptResult(run_id, AttemptStatus.lease_lost, str(exc))
     if outcome.status is RunStatus.uninstallable:
         return _install_failed(factory, claim, outcome, settings)
     with session_scope(factory) as session:
         stored = record_outcome(session, run_id, claim.attempt, outcome, now=utcnow())
     if not stored:
-        return AttemptResult(run_id, "lease-lost", "another attempt holds the run")
+        return AttemptResult(run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
-    return AttemptResult(run_id, outcome.status.value, outcome.error)
+    return AttemptResult(run_id, AttemptStatus(outcome.status.value), outcome.error)
 
 
 def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: RunOutcome, settings: WorkerSettings) -> AttemptResult:
@@ -169,10 +192,10 @@ def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: Run
             session, claim.run_id, claim.attempt, outcome, now=utcnow(), retry=settings.install_retry(), grace_s=settings.lease_s
         )
     if failure is None:
-        return AttemptResult(claim.run_id, "lease-lost", "another attempt holds the run")
+        return AttemptResult(claim.run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     if failure.retry_in_s is None:
         log.warning("run_uninstallable run_id=%s attempts=%s error=%s", claim.run_id, failure.failures, outcome.error)
-        return AttemptResult(claim.run_id, RunStatus.uninstallable.value, outcome.error)
+        return AttemptResult(claim.run_id, AttemptStatus.uninstallable, outcome.error)
     log.warning(
         "run_install_failed run_id=%s attempt=%s failures=%s retry_in_s=%g error=%s",
         claim.run_id,
@@ -181,7 +204,7 @@ def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: Run
         failure.retry_in_s,
         outcome.error,
     )
-    return AttemptResult(claim.run_id, RunStatus.queued.value, outcome.error, retry_in_s=failure.retry_in_s)
+    return AttemptResult(claim.run_id, AttemptStatus.retrying, outcome.error, retry_in_s=failure.retry_in_s)
 
 
 def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> RunOutcome:
@@ -208,9 +231,11 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
                 outcome = _run_suite(claim, command, scratch, settings, heartbeat)
                 return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
         except CheckoutError as exc:
+            configuration = exc.configuration or exc.transient  # the remote is the target's, whatever the commit
             if exc.transient:  # the remote could not be reached: this commit's source could not be installed
-                return RunOutcome(RunStatus.uninstallable, error=f"could not install: {claim.sha[:12]} (checkout failed: {exc})")
-            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}")
+                error = f"could not install: {claim.sha[:12]} (checkout failed: {exc})"
+                return RunOutcome(RunStatus.uninstallable, error=error, configuration_error=configuration)
+            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}", configuration_error=configuration)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -245,6 +270,7 @@ def _suite_command(
 ) -> SuiteCommand:
     device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
     memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
+    total = settings.memory_total_limit_mb * 1024 * 1024 if settings.memory_total_limit_mb and device.startswith("cpu") else None
     sandbox = sandbox_of(settings)
     return SuiteCommand(
         python=settings.suite_python,
@@ -260,6 +286,7 @@ def _suite_command(
         pip=pip,
         env=env,
         sandbox=sandbox,
+        limits=RunLimits(max_processes=settings.sandbox_max_processes, memory_total_bytes=total),
     )
 
 
@@ -329,8 +356,12 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         "seed": command.seed,
         "cases": result.results if result is not None else (),
     }
-    if outcome.timed_out:
-        error = f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
+    if outcome.timed_out or outcome.limit is not None:
+        error = (
+            f"the suite reached {outcome.limit} and was killed"
+            if outcome.limit is not None
+            else f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
+        )
         return RunOutcome(RunStatus.error, error=error, **common)
     if unreadable is not None:
         return RunOutcome(RunStatus.error, error=f"the suite's result file cannot be read by this worker: {unreadable}", **common)

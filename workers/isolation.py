@@ -12,6 +12,8 @@ isolated from the worker:
   its own that has the network and the release cache read-write; the test itself then runs without the
   network, the cache read-only. On CUDA the GPU device nodes are bound in (``sandbox_gpu_devices``); the
   driver's libraries come with ``/usr``.
+  A root worker starts bubblewrap itself as ``sandbox_uid`` where it can (``drop_uid``), so that the kernel
+  counts the sandbox's tasks against its process limit (:mod:`workers.limits`).
 - ``uid``: without bubblewrap, a worker running as root starts the suite as ``sandbox_uid``; with the worker
   non-dumpable that uid cannot read the worker's ``/proc/<pid>/environ`` or memory, nor write its files; it
   keeps the network and can read world-readable files.
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import specwatch
 
@@ -78,11 +81,14 @@ class Sandbox:
     read_only: tuple[Path, ...] = ()  # the interpreter's prefixes: bound read-only at the same paths
     devices: tuple[str, ...] = ()  # device-node globs bound on CUDA runs
     reason: str = ""
+    # bwrap started as :attr:`uid` by a root worker: the kernel does not count root's tasks against
+    # RLIMIT_NPROC, so run as root the sandbox would have no process limit (workers.limits).
+    drop_uid: bool = False
 
     @property
     def switches_uid(self) -> bool:
-        """Whether the suite is started as :attr:`uid` by the worker itself (``uid`` mode)."""
-        return self.mode == "uid"
+        """Whether the worker itself starts the suite (or bubblewrap) as :attr:`uid`: ``uid`` mode, or ``drop_uid``."""
+        return self.mode == "uid" or self.drop_uid
 
     def argv(
         self,
@@ -120,17 +126,21 @@ class Sandbox:
         return [*args, "--chdir", str(cwd), "--", *command]
 
 
-def _bwrap_works(bwrap: str, python: str, roots: tuple[Path, ...], uid: int, gid: int) -> str | None:
-    """None when bubblewrap runs ``python`` here with the sandbox's layout, else why not (its error)."""
+def _bwrap_works(bwrap: str, python: str, roots: tuple[Path, ...], uid: int, gid: int, *, as_uid: bool = False) -> str | None:
+    """None when bubblewrap runs ``python`` here with the sandbox's layout (started as ``uid`` with ``as_uid``),
+    else why not (its error)."""
     probe = Sandbox("bwrap", bwrap=bwrap, uid=uid, gid=gid, read_only=roots)
+    as_user: dict[str, Any] = {"user": uid, "group": gid, "extra_groups": []} if as_uid else {}
     with tempfile.TemporaryDirectory(prefix="specwatch-sandbox-probe-") as scratch:
+        if as_uid:
+            os.chown(scratch, uid, gid)
         argv = probe.argv(
             [python, "-c", "import os, sys; sys.exit(0 if os.getuid() == int(sys.argv[1]) else 3)", str(uid)],
             cwd=Path(scratch),
             writable=[Path(scratch)],
         )
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env={"PATH": os.defpath})  # noqa: S603 -- fixed argv
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env={"PATH": os.defpath}, **as_user)  # noqa: S603 -- fixed argv
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"bwrap did not run: {exc}"
     if done.returncode != 0:
@@ -184,7 +194,11 @@ def resolve_sandbox(mode: str, python: str, uid: int = 65534, gid: int = 65534, 
             roots = python_roots(python)
             problem = _bwrap_works(bwrap, python, roots, uid, gid)
             if problem is None:
-                return Sandbox("bwrap", bwrap=bwrap, uid=uid, gid=gid, read_only=roots, devices=devices)
+                # A root worker starts bubblewrap as the sandbox uid where it can (else its tasks escape RLIMIT_NPROC).
+                drop = os.geteuid() == 0 and _bwrap_works(bwrap, python, roots, uid, gid, as_uid=True) is None
+                if os.geteuid() == 0 and not drop:
+                    log.warning("sandbox_without_process_limit: bubblewrap does not run as uid %s here, so it runs as root", uid)
+                return Sandbox("bwrap", bwrap=bwrap, uid=uid, gid=gid, read_only=roots, devices=devices, drop_uid=drop)
             reasons.append(problem)
         if mode == "bwrap":
             raise RuntimeError(f"SPECWATCH_WORKER_SANDBOX=bwrap but {'; '.join(reasons)}")

@@ -23,14 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 from slack_sdk.webhook import WebhookClient
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alert_text import drift_text
+from service.alert_text import cut, drift_text, mrkdwn
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
@@ -91,28 +91,38 @@ def _fmt(value: Any, spec: str) -> str:
 def _known_text(finding: FindingLink, findings_url: str) -> str:
     """A known finding in Slack mrkdwn: its entry on the dashboard, and its own link (the finding's section in
     docs/findings.md, or the upstream issue)."""
-    own = f"<{finding.link}>" if is_web_link(finding.link) else f"`{finding.link}`"
+    link = mrkdwn(finding.link)
+    # A link with '|' or a space would carry a label of its own: shown as text.
+    own = f"<{link}>" if is_web_link(finding.link) and not set("| ") & set(finding.link) else f"`{link}`"
     # Slack's control characters in text: a title must not open or close a link.
-    title = finding.title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return f"known finding: <{findings_url}#finding-{finding.key}|{title}> ({own})"
+    return f"known finding: <{findings_url}#finding-{quote(finding.key, safe='')}|{mrkdwn(finding.title)}> ({own})"
+
+
+def _md(text: str) -> dict[str, Any]:
+    """A mrkdwn text object that Slack does not preprocess (``verbatim``): no bare URL becomes a link and no
+    ``@channel`` a mention; the links written here as ``<url|text>`` still work."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def _case_line(entry: dict[str, Any], known: str | None = None) -> str:
+    """One alert entry in Slack mrkdwn. Its texts (case id, reason, error) come from the run's result file or
+    its error, so from the code under test: each is made literal and cut (:func:`service.alert_text.mrkdwn`)."""
     if known:
         return f"{_case_line(entry)} — {known}"[:MAX_SECTION_TEXT]
+    case_id, reason = mrkdwn(entry.get("case_id"), 200), mrkdwn(entry.get("reason"), 50)
     if entry.get("reason") == "broken":
-        return f"*suite error*: {entry.get('error') or 'the suite could not run'}"[:MAX_SECTION_TEXT]
+        return f"*suite error*: {mrkdwn(entry.get('error') or 'the suite could not run')}"
     if entry.get("reason") == "uninstallable":
-        return f"*could not install*: {entry.get('error') or entry.get('requirement') or 'pip failed'}"[:MAX_SECTION_TEXT]
+        return f"*could not install*: {mrkdwn(entry.get('error') or entry.get('requirement') or 'pip failed')}"
     if entry.get("reason") == "exception":
-        return f"• `{entry['case_id']}` (the sampler raised on a valid input): {entry.get('error') or '—'}"[:MAX_SECTION_TEXT]
+        return f"• `{case_id}` (the sampler raised on a valid input): {mrkdwn(entry.get('error') or '—')}"
     e_value = (
         "∞ (impossible observation)"
         if entry.get("log_e_value") is None and entry.get("reason") != "drift"
         else _fmt(entry.get("e_value"), ".3g")
     )
     line = (
-        f"• `{entry['case_id']}` ({entry.get('reason')}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
+        f"• `{case_id}` ({reason}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
         f"TV estimate {_fmt(entry.get('tv_estimate'), '.4f')} (descriptive), acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
         f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
     )
@@ -132,16 +142,14 @@ def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
         if current and len(current) + 1 + len(line) > MAX_SECTION_TEXT:
             if len(blocks) == budget - 1:
                 break
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": current}})
+            blocks.append({"type": "section", "text": _md(current)})
             current = ""
         current = f"{current}\n{line}" if current else line
         shown += 1
     if current:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": current}})
+        blocks.append({"type": "section", "text": _md(current)})
     if shown < len(lines):
-        blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"… and {len(lines) - shown} more cases on the dashboard"}]}
-        )
+        blocks.append({"type": "context", "elements": [_md(f"… and {len(lines) - shown} more cases on the dashboard")]})
     return blocks
 
 
@@ -157,15 +165,19 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         AlertKind.broken: "Broken commit",
         AlertKind.exception: "Sampler exception on a valid input",
         AlertKind.uninstallable: "Could not install",
+        AlertKind.configuration: "Configuration error",
     }[alert.kind]
-    verb = "Resolved" if event == "resolved" else ""
-    header = f"{verb + ': ' if verb else ''}{kind} in {target.name}"[:MAX_HEADER_TEXT]
+    verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
+    # plain_text: Slack parses nothing in it, so it is only cut.
+    header = cut(f"{verb + ': ' if verb else ''}{kind} in {target.name}", MAX_HEADER_TEXT)
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
     commit_text = f"<{link}|`{sha}`>" if link else f"`{sha}`"
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
+    elif alert.kind is AlertKind.configuration:
+        confirmation = "not a test result: the target's repository cannot be used, whatever the commit (one alert per target)"
     elif alert.kind is AlertKind.uninstallable:
         confirmation = "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)"
     elif alert.confirmed and alert.kind is AlertKind.exception:
@@ -184,34 +196,44 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": f"*Target:*\n{target.name}"[:2000]},
-                {"type": "mrkdwn", "text": f"*Branch:*\n{alert.branch}"[:2000]},
+                _md(f"*Target:*\n{mrkdwn(target.name, 200)}"),
+                _md(f"*Branch:*\n{mrkdwn(alert.branch, 200)}"),
             ],
         },
-        {"type": "section", "text": {"type": "mrkdwn", "text": first_bad[:MAX_SECTION_TEXT]}},
+        {"type": "section", "text": _md(first_bad[:MAX_SECTION_TEXT])},
     ]
     if event == "resolved":
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "The previously failing cases pass again on a later commit."}})
+        blocks.append({"type": "section", "text": _md("The previously failing cases pass again on a later commit.")})
     else:
-        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50.
+        if event == "reopened":
+            times = f"{alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''}"
+            again = f"It had been resolved; it fails again (reopened {times})."
+            blocks.append({"type": "section", "text": _md(again)})
+        # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
         lines = [
             _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e.get("case_id") in findings else None) for e in alert.cases
         ]
-        blocks.extend(_sections(lines, MAX_BLOCKS - 6))
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Confirmation:* {confirmation}"}]})
-    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{dashboard}|Open on the dashboard>"}})
+        blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
+        blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})
+    blocks.append({"type": "section", "text": _md(f"<{dashboard}|Open on the dashboard>")})
     distinct = {f.key: f for f in findings.values()}.values()
-    known = "".join(f"; known finding: {f.title} ({f.link})" for f in distinct)
-    text = f"{header}: {alert.summary or ''} — first bad commit {sha}{known}; {dashboard}"[:MAX_FALLBACK_TEXT]
+    known = "".join(f"; known finding: {mrkdwn(f.title)} ({mrkdwn(f.link)})" for f in distinct)
+    # The fallback is mrkdwn too (notifications, clients without blocks): its texts are made literal as well.
+    text = f"{mrkdwn(header)}: {mrkdwn(alert.summary or '')} — first bad commit {sha}{known}; {dashboard}"[:MAX_FALLBACK_TEXT]
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
 
 
 def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str) -> int:
-    """An outbox row for Slack about ``alert`` (``opened`` or ``resolved``); 0 when Slack is not configured."""
+    """An outbox row for Slack about ``alert`` (``opened``, ``resolved`` or ``reopened``); 0 when Slack is not configured.
+
+    The dedup key names the alert's life (its reopen count after the first): a reopened alert's next
+    resolution is a new message, not a duplicate of the first one.
+    """
     if not config.slack:
         return 0
+    life = f":{alert.reopened_count}" if alert.reopened_count else ""
     row = Notification(
-        dedup_key=f"alert:{alert.id}:{event}:slack",
+        dedup_key=f"alert:{alert.id}:{event}{life}:slack",
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,

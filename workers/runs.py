@@ -160,6 +160,8 @@ class RunOutcome:
     python_version: str | None = None
     seed: int | None = None
     cases: tuple[suite.CaseResult, ...] = ()
+    # The target's repository could not be used (see :class:`workers.checkout.CheckoutError`): not the commit's fault.
+    configuration_error: bool = False
 
 
 def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutcome, *, now: datetime) -> bool:
@@ -170,6 +172,7 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
         log.warning("run_result_discarded run_id=%s attempt=%s now=%s", run_id, attempt, state)
         return False
     _finish(run, outcome.status, now, error=outcome.error)
+    run.configuration_error = outcome.configuration_error
     run.log_tail = outcome.log_tail
     run.device = outcome.device
     run.library_version = outcome.library_version

@@ -3,7 +3,8 @@ no orphan left behind.
 
 The suite runs as ``python -m specwatch run ... --json FILE --events`` with the checkout's source
 directory first on ``PYTHONPATH`` (for a release: ``--pip NAME==VERSION``), in its own session (so a timeout
-kills all it started), with ``RLIMIT_AS`` where the OS allows and, on Linux, ``PR_SET_PDEATHSIG`` so it dies
+kills all it started), with ``RLIMIT_AS`` where the OS allows, limits on the run's processes and memory in all
+(:mod:`workers.limits`) and, on Linux, ``PR_SET_PDEATHSIG`` so it dies
 with its worker. Its environment is built from nothing: no ``SPECWATCH_*`` secret (database URL, webhook
 secret, tokens) is handed to the code under test.
 
@@ -32,7 +33,9 @@ from typing import Any
 
 import specwatch
 from specwatch.protocol import ExitStatus
+from workers.cgroups import RunCgroup, make_run_cgroup
 from workers.isolation import Sandbox, warn_if_not_isolated
+from workers.limits import RunLimits, over_limit, with_nproc
 
 #: The directory holding the ``specwatch`` package (the suite, and the public API a sampler under test imports),
 #: on the suite's PYTHONPATH after the target's code: a checkout's root, or the site-packages of an install.
@@ -75,13 +78,20 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _child_setup(memory_limit_bytes: int | None, parent_pid: int) -> Callable[[], None]:
-    """What the child does between fork and exec: limit its memory, die with its parent."""
+def _child_setup(
+    memory_limit_bytes: int | None, parent_pid: int, max_processes: int | None = None, join: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """What the child does between fork and exec: join its control group (``join``), limit its memory (and its
+    uid's processes and threads), die with its parent."""
     libc = _libc() if sys.platform == "linux" else None  # loaded before the fork, not in the child
 
     def setup() -> None:
+        if join is not None:
+            join()
         if memory_limit_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+        if max_processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent_pid:  # the parent died before prctl took effect
@@ -117,6 +127,8 @@ class SuiteCommand:
     env: tuple[tuple[str, str], ...] = ()
     # How the suite is isolated from the worker; None: not at all (the suite's own tests, device probes).
     sandbox: Sandbox | None = field(default=None, compare=False)
+    # The run's limits in all: processes and threads, memory of all its processes (workers.limits).
+    limits: RunLimits = field(default_factory=RunLimits)
 
     @property
     def cache_dir(self) -> Path | None:
@@ -158,6 +170,8 @@ class SuiteOutcome:
     result: dict[str, Any] | None  # the run result JSON, when the suite wrote a valid one
     stderr_tail: str
     duration_s: float
+    # Which of the run's limits (workers.limits) it reached, in words, when that ended it (exit_code is None).
+    limit: str | None = None
 
 
 def _tail(path: Path, chars: int) -> str:
@@ -219,8 +233,26 @@ def run_suite_process(
     checkout_paths = [p for p in command.python_path if not p.is_relative_to(scratch) and p != SPECWATCH_ROOT]
     cache = command.cache_dir
     gpu = command.device.startswith("cuda")
+    limits = command.limits
+    # RLIMIT_NPROC where the kernel counts only the sandbox's tasks: inside bubblewrap's user namespace, or on
+    # the suite run as the sandbox uid (never on the worker's own uid: it would count the worker's processes).
+    nproc = limits.max_processes if sandbox.mode in ("bwrap", "uid") else None
+
+    def confined(argv: list[str]) -> list[str]:
+        return with_nproc(argv, command.python, nproc) if sandbox.mode == "bwrap" else argv
+
     with (scratch / "suite.out").open("wb") as out, err_path.open("wb") as err:
-        step = _Step(env=env, cwd=scratch, out=out, err=err, sandbox=sandbox, memory=command.memory_limit_bytes, spawn_lock=spawn_lock)
+        step = _Step(
+            env=env,
+            cwd=scratch,
+            out=out,
+            err=err,
+            sandbox=sandbox,
+            memory=command.memory_limit_bytes,
+            spawn_lock=spawn_lock,
+            limits=limits,
+            nproc=nproc if sandbox.mode == "uid" else None,
+        )
         code: int | None = 0
         timed_out = aborted = False
         if command.pip and sandbox.mode != "off" and cache is not None:
@@ -228,15 +260,16 @@ def run_suite_process(
             (cache / "pip").mkdir(exist_ok=True)
             if sandbox.switches_uid:
                 os.chown(cache / "pip", sandbox.uid, sandbox.gid)
-            install = sandbox.argv(command.install_argv(), cwd=scratch, writable=[scratch, cache], read_only=checkout_paths, network=True)
+            install_argv = confined(command.install_argv())
+            install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, cache], read_only=checkout_paths, network=True)
             code, timed_out, aborted = step.run(install, deadline, should_abort)
         if code == 0 and not (timed_out or aborted):
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
-            argv = sandbox.argv(command.argv(result_path), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
+            argv = sandbox.argv(confined(command.argv(result_path)), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
             code, timed_out, aborted = step.run(argv, deadline, should_abort)
         elif code is not None and code > 0 and code != ExitStatus.INSTALL:
             code = ExitStatus.USAGE  # the install step itself failed (not pip): the suite could not test the release
-    killed = timed_out or aborted
+    killed = timed_out or aborted or step.limit is not None
     return SuiteOutcome(
         exit_code=None if killed else code,
         timed_out=timed_out,
@@ -244,12 +277,14 @@ def run_suite_process(
         result=None if killed else _read_result(result_path),
         stderr_tail=_tail(err_path, tail_chars),
         duration_s=time.monotonic() - started,
+        limit=step.limit,
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Step:
-    """One subprocess of a run (install or test), supervised until it exits, the deadline or an abort."""
+    """One subprocess of a run (install or test), supervised until it exits, the deadline, an abort or one of the
+    run's limits (then :attr:`limit` says which, and the step's status is None)."""
 
     env: dict[str, str]
     cwd: Path
@@ -258,6 +293,9 @@ class _Step:
     sandbox: Sandbox
     memory: int | None
     spawn_lock: threading.Lock | None
+    limits: RunLimits = field(default_factory=RunLimits)
+    nproc: int | None = None  # RLIMIT_NPROC set on the child itself (uid mode)
+    limit: str | None = None
 
     def run(self, argv: list[str], deadline: float, should_abort: Callable[[], bool]) -> tuple[int | None, bool, bool]:
         """(exit status, timed out, aborted) of ``argv``; the status is None when we killed it."""
@@ -265,18 +303,43 @@ class _Step:
         as_user: dict[str, Any] = (
             {"user": self.sandbox.uid, "group": self.sandbox.gid, "extra_groups": []} if self.sandbox.switches_uid else {}
         )
-        with guard:
-            proc = subprocess.Popen(  # noqa: S603 -- our interpreter and arguments, no shell
-                argv,
-                cwd=self.cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=self.out,
-                stderr=self.err,
-                start_new_session=True,
-                preexec_fn=_child_setup(self.memory, os.getpid()),  # noqa: PLW1509 -- fork happens under spawn_lock
-                **as_user,
-            )
+        # The kernel's limits on the step's processes and memory in all, where the worker can make a cgroup.
+        group = make_run_cgroup(self.limits.max_processes, self.limits.memory_total_bytes)
+        try:
+            with guard:
+                proc = subprocess.Popen(  # noqa: S603 -- our interpreter and arguments, no shell
+                    argv,
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.out,
+                    stderr=self.err,
+                    start_new_session=True,
+                    preexec_fn=_child_setup(self.memory, os.getpid(), self.nproc, group.joiner() if group else None),  # noqa: PLW1509 -- fork happens under spawn_lock
+                    **as_user,
+                )
+            if group is not None:
+                group.close_fds()
+            return self._supervise(proc, group, deadline, should_abort)
+        finally:
+            if group is not None:
+                group.close_fds()
+                group.remove()
+
+    def _reached(self, proc: subprocess.Popen[bytes], group: RunCgroup | None) -> str | None:
+        """The limit the step reached (the kernel refused a fork, or the supervisor counts too much), if any."""
+        if group is not None and group.refused_a_fork():
+            return f"its limit of {self.limits.max_processes} processes and threads"
+        if group is not None and group.killed_for_memory():
+            return self._memory_limit()
+        return over_limit(proc.pid, self.limits)
+
+    def _memory_limit(self) -> str:
+        return f"its memory limit of {(self.limits.memory_total_bytes or 0) // (1024 * 1024)} MiB for all its processes"
+
+    def _supervise(
+        self, proc: subprocess.Popen[bytes], group: RunCgroup | None, deadline: float, should_abort: Callable[[], bool]
+    ) -> tuple[int | None, bool, bool]:
         timed_out = aborted = False
         try:
             while True:
@@ -288,6 +351,8 @@ class _Step:
                         aborted = True
                     elif time.monotonic() >= deadline:
                         timed_out = True
+                    elif (reached := self._reached(proc, group)) is not None:
+                        self.limit = reached
                     else:
                         continue
                     _kill_group(proc)
@@ -295,7 +360,9 @@ class _Step:
         finally:
             if proc.poll() is None:  # interrupted (soft time limit, shutdown): leave nothing running
                 _kill_group(proc)
-        return (None if timed_out or aborted else proc.returncode), timed_out, aborted
+        if self.limit is None and group is not None and group.killed_for_memory():
+            self.limit = self._memory_limit()
+        return (None if timed_out or aborted or self.limit else proc.returncode), timed_out, aborted
 
 
 @lru_cache(maxsize=8)

@@ -39,6 +39,11 @@ class WorkerSettings(BaseSettings):
     # Address-space limit of the suite on CPU (RLIMIT_AS); None: unlimited. Not applied on CUDA, whose
     # driver reserves far more address space than it uses: limit GPU workers with the container instead.
     memory_limit_mb: int | None = Field(default=16 * 1024, gt=0)
+    # The suite's processes together (workers.limits): their memory (proportional set size, checked every
+    # 0.2 s; on CPU only, as above), and their number of processes and threads (RLIMIT_NPROC in the sandbox,
+    # and checked every 0.2 s). A run past either ends as an error that says so. None: no such limit.
+    memory_total_limit_mb: int | None = Field(default=16 * 1024, gt=0)
+    sandbox_max_processes: int | None = Field(default=512, gt=1)
     # Caps every profile's wall-clock limit (seconds); None: the profile's own limit.
     suite_timeout_s: float | None = Field(default=None, gt=0)
     # Environment variables copied into the suite's otherwise clean environment (never SPECWATCH_*).

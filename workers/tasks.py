@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 from service.after_commit import after_commit
 from service.db import session_factory, session_scope
 from service.ingest import RunOptions
-from service.models import FINISHED_STATUSES
 from service.queue import enqueue_runs
 from service.settings import Settings, get_settings
 from service.targets import RepoPolicy
@@ -55,11 +54,11 @@ def run_suite(self: SpecwatchTask, run_id: int) -> dict[str, Any]:
     """
     worker = get_worker_settings()
     result = execute_run(run_id, factory=session_factory(), settings=worker)
-    if result.status in FINISHED_STATUSES:  # stored and committed by execute_run's own unit of work: analyse it
+    if result.status.finished:  # stored and committed by execute_run's own unit of work: analyse it
         analyse_run.publish(run_id)
     elif result.retry_in_s is not None:
         raise self.retry(countdown=result.retry_in_s, max_retries=self.max_retries + worker.install_retries)
-    return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
+    return {"run_id": result.run_id, "status": result.status.value, "reason": result.reason}
 
 
 #: A finished run still unanalysed this long after it finished lost its analyse_run message: the sweeper

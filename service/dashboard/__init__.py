@@ -41,6 +41,8 @@ from service.queries import (
     run_detail,
     targets_overview,
 )
+from service.queries.common import get_target
+from service.queries.health import targets_health
 from service.releases import release_version
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -98,7 +100,9 @@ def timeline(
     except (NotFoundError, QueryError) as exc:
         raise _not_found(exc) from None
     alerts = list_alerts(session, target=name, branch=page.branch, limit=20)
-    return render_page(request, "timeline.html", page=page, cases=cases, alerts=[a for a in alerts if a.state is not AlertState.resolved])
+    health = targets_health(session, [get_target(session, name).id])
+    open_alerts = [a for a in alerts if a.state is not AlertState.resolved]
+    return render_page(request, "timeline.html", page=page, cases=cases, alerts=open_alerts, health=next(iter(health.values())))
 
 
 @router.get("/targets/{name}/findings", response_class=HTMLResponse)

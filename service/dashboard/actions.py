@@ -1,7 +1,7 @@
 """The dashboard's forms: sign in with an API token, sign out, acknowledge and resolve an alert.
 
-Signing in checks the token like the API does (:func:`service.auth.token_scope`) and keeps only its digest
-in the signed session cookie (:mod:`service.dashboard.session`). Acknowledging and resolving go through
+Signing in checks the token like the API does (:func:`service.auth.token_scope`) and opens a server-side
+session (:mod:`service.dashboard.session`); signing out revokes it. Acknowledging and resolving go through
 :func:`service.queries.set_alert_state`, the function behind ``POST /alerts/{id}/acknowledge|resolve`` and
 ``specwatch alerts ack|resolve``, in the request's unit of work. Each form needs the session's CSRF token;
 the actions also need a session signed in with a write token. A refused form answers a page that says why,
@@ -64,8 +64,8 @@ def _check_login(request: Request, token: str, csrf: str) -> None:
 
 
 @router.post("/login", response_class=HTMLResponse, response_model=None)
-def login(request: Request, token: FormField = "", csrf: FormField = "", next: FormField = DASHBOARD_PATH) -> Response:
-    """Sign in: the session keeps the token's digest (never the token) when the token is a valid API token."""
+def login(request: Request, session: SessionDep, token: FormField = "", csrf: FormField = "", next: FormField = DASHBOARD_PATH) -> Response:
+    """Sign in: a server-side session of the token (by a keyed id, never the token) when it is a valid API token."""
     target = safe_next(next)
     try:
         _check_login(request, token.strip(), csrf)
@@ -79,17 +79,18 @@ def login(request: Request, token: FormField = "", csrf: FormField = "", next: F
             csrf=csrf_token(request),
             error=refused.message,
         )
-    sign_in(request, hash_token(token.strip()))
+    sign_in(request, session, hash_token(token.strip()), datetime.now(UTC))
     return _see_other(target)
 
 
 @router.post("/logout", response_class=HTMLResponse, response_model=None)
-def logout(request: Request, csrf: FormField = "") -> Response:
+def logout(request: Request, session: SessionDep, csrf: FormField = "") -> Response:
+    """Sign out: the session is revoked on the server, then the cookie cleared."""
     try:
         check_csrf(request, csrf)
     except FormError as refused:
         return _refused(request, refused)
-    sign_out(request)
+    sign_out(request, session, datetime.now(UTC))
     return _see_other(DASHBOARD_PATH)
 
 

@@ -1,11 +1,17 @@
-"""Who is looking at the dashboard: a signed session cookie holding the digest of an API token, and CSRF tokens.
+"""Who is looking at the dashboard: a server-side session named by a random id in a signed cookie, and CSRF tokens.
 
-Signing in means presenting an API token once (the login form). The session then holds the token's SHA-256
-digest, never the token, in a cookie signed by Starlette's ``SessionMiddleware`` (itsdangerous, key
-``SPECWATCH_SESSION_SECRET``), ``HttpOnly``, ``SameSite=Strict``, scoped to ``/ui``, ``Secure`` when the
-dashboard is served over HTTPS, and expiring after :data:`SESSION_MAX_AGE_S`. Every request re-checks the
-digest against the configured token digests (:func:`service.auth.digest_scope`), so a revoked token ends
-its sessions at once.
+Signing in means presenting an API token once (the login form). That makes a row of ``dashboard_sessions``
+(:class:`service.models.DashboardSession`): the SHA-256 of a random session id, which token signed in by a
+keyed id (:func:`token_key`, HMAC-SHA256 under the session secret: neither the token nor its plain digest),
+and when the session began and ends (:data:`SESSION_MAX_AGE_S`). The cookie holds the session id and the
+CSRF token only, signed by Starlette's ``SessionMiddleware`` (itsdangerous, key ``SPECWATCH_SESSION_SECRET``),
+``HttpOnly``, ``SameSite=Strict``, scoped to ``/ui``, ``Secure`` when the dashboard is served over HTTPS.
+
+Every request looks the row up (:func:`viewer`): a session signed out, expired, or whose token is no longer
+configured counts for nothing. Sign-out revokes the row, so a cookie saved before it is worthless after it;
+a token removed from the configuration revokes its sessions when they are next seen, for good (adding the
+token back does not revive them). Issue 28, item 5: the cookie used to carry the token's SHA-256 and lived
+on after sign-out.
 
 Every form that changes something carries the session's CSRF token (synchronizer token pattern): a random
 value kept in the session and echoed in a hidden field, compared in constant time. A form from another
@@ -14,20 +20,29 @@ site cannot know it; ``SameSite=Strict`` would keep the cookie off such a reques
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from fastapi import Depends, HTTPException, Request, status
+from sqlalchemy import delete, or_, select
+from sqlalchemy.orm import Session
 
-from service.auth import BearerCredentials, Scope, digest_scope, require_read
-from service.deps import SettingsDep
+from service.auth import BearerCredentials, Scope, require_read
+from service.db import session_scope
+from service.deps import SettingsDep, app_session_factory
+from service.models import DashboardSession
 from service.settings import Environment, Settings
 
 SESSION_COOKIE = "specwatch_session"
 SESSION_MAX_AGE_S = 8 * 60 * 60
-CSRF_KEY, DIGEST_KEY = "csrf", "token_sha256"
+CSRF_KEY, SESSION_ID_KEY = "csrf", "sid"
+SIGNED_OUT, TOKEN_REVOKED = "signed out", "token revoked"
+# Rows of sessions that ended longer ago than this are deleted at the next sign-in.
+KEEP_ENDED = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -66,23 +81,87 @@ def csrf_token(request: Request) -> str:
     return token
 
 
+def token_key(key: str, digest: str) -> str:
+    """Which token a session belongs to, as stored: HMAC-SHA256 under the server's session ``key`` of the token's
+    SHA-256 hex ``digest`` (a stolen row or cookie offers nothing to guess a weak token against offline)."""
+    return hmac.new(key.encode(), b"specwatch dashboard token\0" + digest.encode(), hashlib.sha256).hexdigest()
+
+
+def _id_digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _scope_of(key: str, settings: Settings, stored: str) -> Scope | None:
+    """The scope of the configured token whose keyed id is ``stored``; every candidate compared in constant time."""
+    found: Scope | None = None
+    for scope, digests in ((Scope.read, settings.api_read_token_hashes), (Scope.write, settings.api_token_hashes)):
+        for digest in digests:
+            if hmac.compare_digest(token_key(key, digest), stored):
+                found = scope
+    return found
+
+
+def session_scope_of(db: Session, session_id: str, key: str, settings: Settings, now: datetime) -> Scope | None:
+    """The scope of the live session ``session_id``, or ``None``: unknown, expired, revoked, or its token no longer
+    configured (then the row is revoked, for good). Flushes, never commits."""
+    row = db.scalars(select(DashboardSession).where(DashboardSession.id_digest == _id_digest(session_id))).first()
+    if row is None or row.revoked_at is not None or row.expires_at <= now:
+        return None
+    scope = _scope_of(key, settings, row.token_key)
+    if scope is None:
+        row.revoked_at, row.revoked_reason = now, TOKEN_REVOKED
+        db.flush()
+    return scope
+
+
 def viewer(request: Request, settings: Settings) -> Viewer:
-    digest = request.session.get(DIGEST_KEY)
-    scope = digest_scope(settings, digest) if isinstance(digest, str) else None
+    """The request's viewer, looked up once per request in a unit of work of its own (it may revoke the
+    session of a token that is no longer configured, whatever the request then does)."""
+    cached = getattr(request.state, "viewer", None)
+    if isinstance(cached, Viewer):
+        return cached
+    session_id = request.session.get(SESSION_ID_KEY)
+    scope = None
+    if isinstance(session_id, str) and session_id and request.app.state.sign_in_enabled:
+        with session_scope(app_session_factory(request)) as db:
+            scope = session_scope_of(db, session_id, request.app.state.session_key, settings, datetime.now(UTC))
     # Only a signed-in page carries forms that need the token (the login page asks for it itself): an
     # anonymous reader gets no cookie.
-    return Viewer(scope=scope, csrf=csrf_token(request) if scope is not None else "")
+    found = request.state.viewer = Viewer(scope=scope, csrf=csrf_token(request) if scope is not None else "")
+    return found
 
 
-def sign_in(request: Request, digest: str) -> None:
-    """Start a signed-in session: a fresh CSRF token with it (no token from before the sign-in survives)."""
+def sign_in(request: Request, db: Session, digest: str, now: datetime) -> None:
+    """Start a signed-in session for the token whose SHA-256 is ``digest``: a new row, a fresh session id and
+    CSRF token in the cookie (nothing from before the sign-in survives). Flushes, never commits."""
+    ended = now - KEEP_ENDED
+    db.execute(delete(DashboardSession).where(or_(DashboardSession.expires_at < ended, DashboardSession.revoked_at < ended)))
+    session_id = secrets.token_urlsafe(32)
+    key = request.app.state.session_key
+    row = DashboardSession(
+        id_digest=_id_digest(session_id),
+        token_key=token_key(key, digest),
+        created_at=now,
+        expires_at=now + timedelta(seconds=SESSION_MAX_AGE_S),
+    )
+    db.add(row)
+    db.flush()
     request.session.clear()
-    request.session[DIGEST_KEY] = digest
+    request.session[SESSION_ID_KEY] = session_id
     request.session[CSRF_KEY] = secrets.token_urlsafe(32)
+    request.state.viewer = None
 
 
-def sign_out(request: Request) -> None:
+def sign_out(request: Request, db: Session, now: datetime) -> None:
+    """End the session on the server (its row revoked: a copy of the cookie is worthless) and clear the cookie."""
+    session_id = request.session.get(SESSION_ID_KEY)
+    if isinstance(session_id, str) and session_id:
+        row = db.scalars(select(DashboardSession).where(DashboardSession.id_digest == _id_digest(session_id))).first()
+        if row is not None and row.revoked_at is None:
+            row.revoked_at, row.revoked_reason = now, SIGNED_OUT
+            db.flush()
     request.session.clear()
+    request.state.viewer = None
 
 
 class FormError(Exception):

@@ -1,5 +1,6 @@
 """The control plane's tables, one module per domain: targets and what arrives for them (commits, poll
-states, deliveries), runs and their case results, alerts and the notification outbox, known findings.
+states, deliveries), runs and their case results, alerts and the notification outbox, known findings,
+dashboard sessions.
 
 Tables are created only by Alembic (``migrations/``), never by ``create_all()``. Conventions: constraints are
 named by :data:`NAMING_CONVENTION` (so migrations can drop them on every backend); enums are stored by value
@@ -12,6 +13,7 @@ from service.models.alerts import RELEASES_BRANCH, Alert, AlertKind, AlertState,
 from service.models.base import NAMING_CONVENTION, Base, UTCDateTime
 from service.models.findings import KnownFinding
 from service.models.runs import FINISHED_STATUSES, CaseResult, Run, RunPurpose, RunStatus
+from service.models.sessions import DashboardSession
 from service.models.targets import Commit, CommitPolicy, Delivery, DeliveryStatus, InstallMode, PollKind, PollState, Target
 from specwatch.findings import FindingState
 from specwatch.protocol import Verdict
@@ -27,6 +29,7 @@ __all__ = [
     "CaseResult",
     "Commit",
     "CommitPolicy",
+    "DashboardSession",
     "Delivery",
     "DeliveryStatus",
     "FindingState",

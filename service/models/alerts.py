@@ -19,6 +19,7 @@ class AlertKind(enum.StrEnum):
     broken = "broken"  # the commit does not import or crashes the suite
     exception = "exception"  # the sampler raised on a valid input: a finding about the sampler
     uninstallable = "uninstallable"  # could not install (a missing dependency, the index unreachable), persistently
+    configuration = "configuration"  # the target's repository cannot be used: one alert per target, not per commit
 
 
 class AlertState(enum.StrEnum):
@@ -73,6 +74,10 @@ class Alert(Base):
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     resolved_by_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id", ondelete="SET NULL"))
+    # How often it failed again after being resolved, and when it last did (reopened with a notification,
+    # never merged quietly into the resolved alert).
+    reopened_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    reopened_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     target: Mapped[Target] = relationship()
     first_bad_commit: Mapped[Commit] = relationship(foreign_keys=[first_bad_commit_id])

@@ -6,7 +6,7 @@ import enum
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import JSON, BigInteger, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint, func
+from sqlalchemy import JSON, BigInteger, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, func
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.models.base import Base, UTCDateTime, enum_column
@@ -75,6 +75,9 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     log_tail: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
+    # The attempt failed because the target's repository cannot be used (missing, refused, unreachable): an
+    # error of the target's configuration, alerted once per target (AlertKind.configuration), not per commit.
+    configuration_error: Mapped[bool] = mapped_column(default=False, server_default=false())
     # Why the run exists; a confirmation or bisection run names the failing run it serves (the run it
     # confirms, or the confirmed run whose first bad commit it searches). One such run per (parent, commit).
     purpose: Mapped[RunPurpose] = mapped_column(

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.auth import ReadAuth, WriteAuth
 from service.deps import SessionDep, SettingsDep
 from service.models import CommitPolicy, InstallMode, Target
+from service.queries.health import TargetHealth, targets_health
 from service.targets import (
     RepoPolicy,
     TargetError,
@@ -55,16 +56,34 @@ class TargetOut(BaseModel):
     poll_interval_s: int | None
     commit_policy: CommitPolicy
     created_at: datetime | None
+    # The target's health (service.queries.health): the cause of its open configuration alert (None: none), its
+    # pollers' last poll and their errors.
+    configuration_error: str | None = None
+    configuration_alert_id: int | None = None
+    last_polled_at: datetime | None = None
+    poll_errors: dict[str, str] = Field(default_factory=dict)
 
 
-def _out(target: Target) -> TargetOut:
-    return TargetOut.model_validate(target)
+def _out(target: Target, health: TargetHealth | None = None) -> TargetOut:
+    out = TargetOut.model_validate(target)
+    if health is None:
+        return out
+    return out.model_copy(
+        update={
+            "configuration_error": health.configuration_error,
+            "configuration_alert_id": health.configuration_alert_id,
+            "last_polled_at": health.last_polled_at,
+            "poll_errors": {f"{p.kind}:{p.ref}": p.error for p in health.poll_errors if p.error},
+        }
+    )
 
 
 @router.get("/targets", dependencies=[ReadAuth])
 def get_targets(session: SessionDep) -> list[TargetOut]:
-    """Every watched target, by name."""
-    return [_out(target) for target in list_targets(session)]
+    """Every watched target, by name, with its health (a configuration error, poll errors)."""
+    targets = list_targets(session)
+    health = targets_health(session, [t.id for t in targets])
+    return [_out(target, health[target.id]) for target in targets]
 
 
 @router.post(

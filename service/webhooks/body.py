@@ -7,16 +7,22 @@ on disk (413 as soon as it exceeds the limit); the signature is compared in cons
 ``webhook_max_concurrent_bodies`` bodies are read at once per process; past that, 503 with ``Retry-After`` at
 once (no queue of open connections). So the memory an unauthenticated client can hold is bounded by
 slots × spool threshold, not by the body limit (issue 14: 8 concurrent unsigned 24 MB bodies took the process
-from 129 MB to 510 MB).
+from 129 MB to 510 MB). And the time it can hold a slot is bounded too: the whole body within
+``webhook_body_deadline_s``, no read waiting longer than ``webhook_body_read_timeout_s``, else 408 and the slot
+is free again (issue 28: 8 connections dripping a byte every 2 s under a false signature kept every real push
+at 503 for as long as they lasted).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
 import re
 import tempfile
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from fastapi import HTTPException, Request, status
 
@@ -60,6 +66,32 @@ def body_slots(request: Request) -> BodySlots:
     return slots
 
 
+async def _timely_chunks(request: Request, deadline_s: float, read_timeout_s: float) -> AsyncGenerator[bytes, None]:
+    """The chunks of ``request``'s body, all of them within ``deadline_s`` and each within ``read_timeout_s`` of
+    the one before; past either, 408 (``Connection: close``: the rest of the body is never read)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), max(0.0, min(read_timeout_s, end - loop.time())))
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            log.warning(
+                "webhook_rejected reason=slow_body deadline_s=%s read_timeout_s=%s delivery=%s",
+                deadline_s,
+                read_timeout_s,
+                loggable(request.headers.get(DELIVERY_HEADER), DELIVERY_ID_MAX),
+            )
+            raise HTTPException(
+                status.HTTP_408_REQUEST_TIMEOUT,
+                f"the body was not received within {deadline_s:g} s (or a read waited over {read_timeout_s:g} s)",
+                headers={"Connection": "close"},
+            ) from None
+        yield chunk
+
+
 def _unauthorized(reason: str, request: Request) -> HTTPException:
     log.warning("webhook_rejected reason=%s delivery=%s", reason, loggable(request.headers.get(DELIVERY_HEADER), DELIVERY_ID_MAX))
     return HTTPException(status.HTTP_401_UNAUTHORIZED, reason)
@@ -94,12 +126,14 @@ async def verified_body(request: Request) -> bytes:
         mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
         with tempfile.SpooledTemporaryFile(max_size=settings.webhook_spool_bytes) as spool:
             size = 0
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
-                mac.update(chunk)
-                spool.write(chunk)
+            chunks = _timely_chunks(request, settings.webhook_body_deadline_s, settings.webhook_body_read_timeout_s)
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+                    mac.update(chunk)
+                    spool.write(chunk)
             if not hmac.compare_digest(header.lower().encode(), ("sha256=" + mac.hexdigest()).encode()):
                 raise _unauthorized(f"{SIGNATURE_HEADER} does not match the body", request)
             spool.seek(0)

@@ -7,7 +7,7 @@ A redelivery changes nothing. Nothing here commits; the route does, then enqueue
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -18,11 +18,14 @@ from service.db import insert_ignoring_conflicts
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
 from service.targets import repo_key
+from service.textlimits import cut
 from service.webhooks.payload import ZERO_SHA, PushCommit, PushEvent, parse_push
 
 BRANCH_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"
-AUTHOR_MAX = 255
+# What a delivery's reason (stored, and echoed in the answer) keeps of a ping's zen and a repository's name,
+# and the longest reason in all; past them, cut with a marker (issue 28, item 6).
+ZEN_MAX, REPOSITORY_MAX, REASON_MAX = 200, 200, 2000
 
 
 class Outcome(StrEnum):
@@ -57,13 +60,13 @@ def ingest(session: Session, *, delivery_id: str, event: str, payload: dict[str,
         return Ingested(Outcome.duplicate, f"delivery {delivery_id} was already processed")
 
     if event == "ping":
-        result = Ingested(Outcome.ignored, f"ping (zen: {payload.get('zen', '')!s})")
+        result = Ingested(Outcome.ignored, f"ping (zen: {cut(str(payload.get('zen', '')), ZEN_MAX)})")
     elif push is None:
         result = Ingested(Outcome.ignored, f"event {event!r} is not handled")
     else:
         result = ingest_push(session, push, options)
     delivery.status = DeliveryStatus.accepted if result.outcome is Outcome.accepted else DeliveryStatus.ignored
-    delivery.reason = result.reason
+    delivery.reason = result.reason = cut(result.reason, REASON_MAX)
     session.flush()
     return result
 
@@ -97,7 +100,7 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
 
     keys = push.repo_keys()
     matching = [t.id for t in session.scalars(select(Target)) if repo_key(t.repo_url) in keys]
-    repository = push.repository.full_name or push.repository.clone_url or "?"
+    repository = cut(push.repository.full_name or push.repository.clone_url or "?", REPOSITORY_MAX)
     if not matching:
         return Ingested(Outcome.ignored, f"repository {repository} is not a registered target")
     # Serialise pushes (and pollers) per target, so branch order is assigned once per commit.
@@ -124,14 +127,29 @@ def ingest_push(session: Session, push: PushEvent, options: RunOptions) -> Inges
 
 
 def _record_push(session: Session, target: Target, branch: str, push: PushEvent, options: RunOptions) -> Recorded:
-    """Add the push's unknown commits to ``target`` (in branch order) and runs per its policy."""
-    return record_and_queue(session, target, branch, [_described(c) for c in push.pushed_commits()], head=push.after, options=options)
+    """Add the push's unknown commits to ``target`` (in git order) and runs per its policy."""
+    return record_and_queue(session, target, branch, pushed_commits(push), head=push.after, options=options)
+
+
+def pushed_commits(push: PushEvent) -> list[NewCommit]:
+    """The push's commits as :func:`service.ingest.record_commits` takes them, oldest first.
+
+    GitHub's payload carries no parents, but lists the pushed commits oldest first after ``before``: each is
+    taken as the next one's first parent (exact for a linear push; a merge's side commits are approximated, so
+    they are marked inexact, and the parents git reports later, from a poll or the mirror, replace them).
+    That is what puts a late push of a head's ancestors before the head a poll recorded.
+    """
+    previous = None if push.before in ZERO_SHA else push.before
+    described = []
+    for pushed in push.pushed_commits():
+        described.append(replace(_described(pushed), parents=(previous,) if previous else (), exact_parents=False))
+        previous = pushed.id
+    return described
 
 
 def _described(pushed: PushCommit) -> NewCommit:
-    """A commit as a push describes it. GitHub's push payload carries no parents; they stay unknown ([])."""
+    """A commit as a push describes it (its parents: :func:`pushed_commits`)."""
     author = None
     if pushed.author is not None and (pushed.author.name or pushed.author.email):
         author = " ".join(filter(None, [pushed.author.name, f"<{pushed.author.email}>" if pushed.author.email else None]))
-        author = author[:AUTHOR_MAX]
     return NewCommit(sha=pushed.id, author=author, committed_at=pushed.timestamp, message=pushed.message)

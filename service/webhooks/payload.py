@@ -11,11 +11,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, V
 
 from service.logsafe import loggable
 from service.targets import is_ref_name, repo_key
+from service.textlimits import cut
 
 ZERO_SHA = frozenset({"0" * 40, "0" * 64})
 # The deepest JSON nesting accepted: GitHub's payloads nest a few levels; deeper is refused (400) before
 # Python's recursion limit can turn it into a 500.
 JSON_DEPTH_MAX = 64
+# The longest string kept from a signed payload (characters): longer ones are cut with a marker as they are
+# parsed, before anything stores, echoes or logs them (issue 28, item 6: a ping's 9 MB zen was stored and
+# echoed whole). The fields specwatch keeps have tighter limits of their own (service.ingest, deliveries).
+PAYLOAD_STRING_MAX = 64 * 1024
 
 
 Sha = Annotated[str, StringConstraints(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
@@ -109,11 +114,12 @@ def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
 
 def _storable(value: Any, depth: int = 1) -> Any:
     """``value`` with every string made storable as PostgreSQL text: valid JSON may hold NUL (``\\u0000``) and
-    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them).
-    :class:`PayloadError` past :data:`JSON_DEPTH_MAX` levels of nesting."""
+    lone surrogates (``\\ud800``), which PostgreSQL refuses: they become U+FFFD (no push is lost to them); and
+    cut at :data:`PAYLOAD_STRING_MAX` characters. :class:`PayloadError` past :data:`JSON_DEPTH_MAX` levels of nesting."""
     if depth > JSON_DEPTH_MAX:
         raise PayloadError(f"body nests JSON deeper than {JSON_DEPTH_MAX} levels")
     if isinstance(value, str):
+        value = cut(value, PAYLOAD_STRING_MAX)
         try:
             value.encode()
         except UnicodeEncodeError:

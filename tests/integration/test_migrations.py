@@ -17,7 +17,18 @@ from service.models import AlertKind, Base, RunStatus
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"targets", "commits", "deliveries", "runs", "case_results", "poll_states", "alerts", "notifications", "known_findings"}
+TABLES = {
+    "targets",
+    "commits",
+    "deliveries",
+    "runs",
+    "case_results",
+    "poll_states",
+    "alerts",
+    "notifications",
+    "known_findings",
+    "dashboard_sessions",
+}
 
 
 def tables_and_revision(url: str) -> tuple[set[str], str | None]:

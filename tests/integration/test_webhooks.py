@@ -375,7 +375,9 @@ def test_a_push_records_commits_and_queues_a_run_for_the_head(hook: Hook) -> Non
     assert [c.sha for c in commits] == shas
     assert [c.branch_order for c in commits] == [1, 2, 3]
     first = commits[0]
-    assert (first.branch, first.author, first.message, first.parents) == ("main", "Ada Lovelace <ada@example.org>", "change 0\n\nbody", [])
+    assert (first.branch, first.author, first.message) == ("main", "Ada Lovelace <ada@example.org>", "change 0\n\nbody")
+    # No parents in the payload: each listed commit is the next one's first parent, the first one's is ``before``.
+    assert [c.parents for c in commits] == [[before], [shas[0]], [shas[1]]]
     assert first.committed_at == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     [run] = hook.runs()
     assert run.commit_id == commits[-1].id

@@ -8,13 +8,17 @@ probe is about the process (its access log, its memory).
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,7 +28,7 @@ from service.auth import hash_token
 from service.db import make_engine
 from service.settings import Settings
 from tests.support.postgres import migrate
-from tests.support.private_servers import served_uvicorn
+from tests.support.private_servers import served_uvicorn, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "probe-webhook-secret"
@@ -89,3 +93,22 @@ def served(env: Mapping[str, str], log_path: Path) -> Iterator[tuple[str, subpro
     configured by ``env``; its base URL and process."""
     with served_uvicorn(env, log_path, log_level="info") as served_process:
         yield served_process
+
+
+@contextmanager
+def served_in_thread(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread of this process (its state stays observable), on a port of
+    127.0.0.1 bound here; its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), timeout_s=30, what="uvicorn")
+        assert server.started, "uvicorn did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

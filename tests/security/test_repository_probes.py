@@ -5,6 +5,7 @@ repositories, no private hosts, https only), and what is shown afterwards.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,4 +70,6 @@ def test_the_dev_default_allows_local_repositories_but_not_credentials_or_transp
     with embedded_app(tmp_path, env="dev") as dev:
         assert _add(dev, "file::/etc") == 422
         assert _add(dev, "https://u:p@github.com/o/r") == 422
-        assert _add(dev, str(tmp_path)) == 201
+        repository = tmp_path / "repository"
+        subprocess.run(["git", "init", "--quiet", str(repository)], check=True)  # targets add checks that it is one
+        assert _add(dev, str(repository)) == 201

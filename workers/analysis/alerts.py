@@ -26,6 +26,7 @@ _WHAT = {
     AlertKind.broken: "broken commit",
     AlertKind.exception: "sampler exception on a valid input",
     AlertKind.uninstallable: "could not install",
+    AlertKind.configuration: "configuration error",
 }
 
 
@@ -33,6 +34,9 @@ def summary(kind: AlertKind, target: Target, branch: str, first_bad: Commit, ent
     if kind is AlertKind.uninstallable:
         requirement = next((e.get("requirement") for e in entries if e.get("requirement")), None)
         return f"could not install {target.name} {first_bad.sha[:24]}" + (f": {requirement}" if requirement else "")
+    if kind is AlertKind.configuration:
+        cause = next((e.get("error") for e in entries if e.get("error")), None)
+        return f"configuration error of {target.name}: its repository cannot be used" + (f" ({cause[:300]})" if cause else "")
     cases = "" if kind is AlertKind.broken else f" ({len(entries)} case{'s' if len(entries) != 1 else ''})"
     return f"{_WHAT[kind]} in {target.name} {branch} at {first_bad.sha[:12]}{cases}"
 
@@ -88,4 +92,25 @@ def open_alert(
     new = [e for e in entries if e["case_id"] not in known]
     if new:
         existing.cases = [*existing.cases, *new]
+    if existing.state is AlertState.resolved:
+        reopen(ctx, existing, detected)
+    elif new:
         report.merged.append(existing.id)
+
+
+def reopen(ctx: Analysis, alert: Alert, detected: Run) -> None:
+    """Open resolved ``alert`` again, visibly: its finding is back (the same first bad commit named once more).
+
+    Never a quiet merge: the alert counts the reopening and Slack gets a "reopened" message.
+    """
+    alert.state = AlertState.open
+    alert.resolved_at = None
+    alert.resolved_by_commit_id = None
+    alert.acknowledged_at = None
+    alert.detected_run_id = detected.id
+    alert.reopened_count += 1
+    alert.reopened_at = ctx.now
+    ctx.session.flush()
+    ctx.report.reopened.append(alert.id)
+    ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "reopened")
+    log.warning("alert_reopened alert_id=%s kind=%s times=%s", alert.id, alert.kind.value, alert.reopened_count)

@@ -35,6 +35,7 @@ class AnalysisReport:
     opened: list[int] = field(default_factory=list)  # alerts created by this analysis
     merged: list[int] = field(default_factory=list)  # existing alerts that got more cases
     resolved: list[int] = field(default_factory=list)
+    reopened: list[int] = field(default_factory=list)  # resolved alerts that failed again
     notifications: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -47,6 +48,7 @@ class AnalysisReport:
             "opened": self.opened,
             "merged": self.merged,
             "resolved": self.resolved,
+            "reopened": self.reopened,
             "notifications": self.notifications,
         }
 

@@ -137,19 +137,25 @@ class Bisection:
 
 
 def bisect(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> Bisection:
-    """Next commit to test between the newest good commit before the first known bad one.
+    """Next commit to test between the newest good commit before the newest bad one and the first bad after it.
 
-    ``commits`` is the branch order (oldest first); ``outcomes`` the known result per sha. Commits
-    whose outcome is unknown (untested, or broken so they cannot tell) between the last good and the
-    first bad are the search range; the midpoint is tested next (git-bisect's rule), so a range of
-    k untested commits needs ceil(log2(k + 1)) runs. Broken commits (outcome UNKNOWN) are not
-    retested: if only they separate good from bad, the earliest bad one is named. Without any good
-    commit before it, the earliest bad monitored commit is named (there is nothing to bisect against).
+    ``commits`` is the branch order (oldest first, ancestors before descendants), ending with the commit that
+    found the failure; ``outcomes`` the known result per sha. The search belongs to the *newest* streak of
+    failures: its last good commit is the newest good one before the newest bad one, so an earlier streak
+    (failing, then fixed: a good commit after it) never answers for a later one (issue 26: a bug that came back
+    after a revert was named at its first appearance and merged into the resolved alert). Commits whose outcome
+    is unknown (untested, or broken so they cannot tell) between the last good and the first bad after it are
+    the search range; the midpoint is tested next (git-bisect's rule), so a range of k untested commits needs
+    ceil(log2(k + 1)) runs. Broken commits (outcome UNKNOWN) are not retested: if only they separate good from
+    bad, the earliest bad one is named. Without any good commit before it, the earliest bad monitored commit
+    is named (there is nothing to bisect against).
     """
-    first_bad_index = next((i for i, sha in enumerate(commits) if outcomes.get(sha) == CommitOutcome.BAD), None)
-    if first_bad_index is None:
+    last_bad_index = next((i for i in range(len(commits) - 1, -1, -1) if outcomes.get(commits[i]) == CommitOutcome.BAD), None)
+    if last_bad_index is None:
         return Bisection(first_bad=None, next_to_test=None, last_good=_last(commits, outcomes, CommitOutcome.GOOD, len(commits)))
-    last_good_index = next((i for i in range(first_bad_index - 1, -1, -1) if outcomes.get(commits[i]) == CommitOutcome.GOOD), None)
+    last_good_index = next((i for i in range(last_bad_index - 1, -1, -1) if outcomes.get(commits[i]) == CommitOutcome.GOOD), None)
+    start = last_good_index + 1 if last_good_index is not None else 0
+    first_bad_index = next(i for i in range(start, last_bad_index + 1) if outcomes.get(commits[i]) == CommitOutcome.BAD)
     if last_good_index is None:  # nothing good was ever seen: the first bad among the monitored commits
         return Bisection(first_bad=commits[first_bad_index], next_to_test=None, last_good=None)
     untested = [i for i in range(last_good_index + 1, first_bad_index) if commits[i] not in outcomes]

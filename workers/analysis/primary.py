@@ -2,14 +2,17 @@
 
 1. Known failures are set aside (:func:`workers.analysis.triage.new_failures`).
 2. The commit status says "confirming" while a confirmation is pending, else the run's outcome.
-3. A run in status ``error`` is a BROKEN commit at once (deterministic, nothing to confirm); one in status
+3. A run whose repository could not be used (``configuration_error``) opens the target's CONFIGURATION alert
+   once (:mod:`workers.analysis.configuration`), never a per-commit one. A run in status ``error`` is a BROKEN
+   commit at once (deterministic, nothing to confirm); one in status
    ``uninstallable`` (its install failed attempt after attempt) opens an UNINSTALLABLE alert, never a broken one;
    new failures get a confirmation run with fresh seeds (``seed_attempt`` + 1), or, with confirmation off, a
    bisection at once.
 4. Passing cases are checked for acceptance drift; a drift is bisected from the newest passing commit, unless
    the run's failing cases own its bisection (then the drift alert names this commit).
 5. A run that is not broken resolves the branch's alerts whose cases pass again; one that installed resolves
-   the uninstallable alerts of its commit and the commits before it.
+   the uninstallable alerts of its commit and the commits before it; one that got past its checkout resolves the
+   target's configuration alert.
 """
 
 from __future__ import annotations
@@ -20,25 +23,28 @@ from service.history import newest_earlier_run
 from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
 from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
+from workers.analysis.configuration import target_configured, target_misconfigured
 from workers.analysis.context import Analysis, child_run
 from workers.analysis.drift import drifting_cases
 from workers.analysis.resolution import resolve_installed, resolve_recovered
 from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases, uninstallable_entry
 from workers.notify import queue_commit_status
 
+#: Kinds decided at once: nothing to confirm (deterministic, or not a test result).
+_UNCONFIRMED = (AlertKind.broken, AlertKind.uninstallable, AlertKind.configuration)
+
 
 def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> None:
     session, config, report = ctx.session, ctx.config, ctx.report
-    kind = AlertKind(analysis["kind"]) if analysis["kind"] else None
-    if kind in (AlertKind.violation, AlertKind.performance):
-        kind, analysis["failing"], analysis["known_failing"] = new_failures(session, run, cases)
-        analysis["kind"] = report.kind = kind.value if kind else None
+    kind = _triage(ctx, run, cases, analysis)
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure", RunStatus.uninstallable: "uninstallable"}.get(run.status, "error")
-    confirming = kind is not None and kind not in (AlertKind.broken, AlertKind.uninstallable) and config.confirm_failures
+    confirming = kind is not None and kind not in _UNCONFIRMED and config.confirm_failures
     report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
     analysis["unchanged_cases"] = unchanged_cases(session, run, cases)
-    if kind is AlertKind.broken:
+    if kind is AlertKind.configuration:  # the target's, not the commit's: one alert per target
+        target_misconfigured(ctx, run)
+    elif kind is AlertKind.broken:
         broken = {"case_id": "(suite)", "reason": "broken", "error": (run.error or "")[:500]}
         open_alert(ctx, run, AlertKind.broken, commit, [broken])
     elif kind is AlertKind.uninstallable:
@@ -59,7 +65,24 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
             start_bisection(ctx, run, AlertKind.performance, drifting, analysis, confirmation=None, after=baseline.commit)
         else:  # the failing cases' search owns this run's bisection
             open_alert(ctx, run, AlertKind.performance, commit, drifting)
+    _resolve(ctx, run, cases)
+
+
+def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: dict[str, Any]) -> AlertKind | None:
+    """The kind the run calls for once known failures are set aside (recorded in ``analysis`` and the report)."""
+    kind = AlertKind(analysis["kind"]) if analysis["kind"] else None
+    if kind in (AlertKind.violation, AlertKind.performance):
+        kind, analysis["failing"], analysis["known_failing"] = new_failures(ctx.session, run, cases)
+    if run.configuration_error:
+        kind = AlertKind.configuration
+    analysis["kind"] = ctx.report.kind = kind.value if kind else None
+    return kind
+
+
+def _resolve(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
     if run.status not in (RunStatus.error, RunStatus.uninstallable):
         resolve_recovered(ctx, run, cases)
     if run.status is not RunStatus.uninstallable:
         resolve_installed(ctx, run)
+    if not run.configuration_error:
+        target_configured(ctx, run)

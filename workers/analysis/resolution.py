@@ -33,7 +33,7 @@ def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> 
     """Resolve the open alerts of the branch, begun before this commit, whose cases all pass in ``run``."""
     for alert in open_alerts(ctx.session, run.commit, at_commit=False, lock=True):
         if alert.kind is not AlertKind.uninstallable and recovered(alert, run, cases):
-            _resolve(ctx, alert, run)
+            resolve(ctx, alert, run)
 
 
 def resolve_installed(ctx: Analysis, run: Run) -> None:
@@ -41,10 +41,11 @@ def resolve_installed(ctx: Analysis, run: Run) -> None:
     retried later, or a newer one: whatever was missing can be installed now)."""
     for alert in open_alerts(ctx.session, run.commit, at_commit=True, kinds=[AlertKind.uninstallable], lock=True):
         if recovered(alert, run, {}):
-            _resolve(ctx, alert, run)
+            resolve(ctx, alert, run)
 
 
-def _resolve(ctx: Analysis, alert: Alert, run: Run) -> None:
+def resolve(ctx: Analysis, alert: Alert, run: Run) -> None:
+    """Resolve ``alert`` by ``run``'s commit, with a "resolved" notification."""
     commit = run.commit
     alert.state = AlertState.resolved
     alert.resolved_at = ctx.now

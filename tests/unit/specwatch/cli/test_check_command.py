@@ -204,7 +204,9 @@ def test_known_findings_are_marked_and_fail_the_run_only_with_strict(tmp_path):
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "1 of 2 case(s) failed, a known finding; --strict to fail on it" in output
-    assert output.count("known: A draft") == 1  # in the table (its cell wraps the rest of the title)
+    # In the table a short marker (the finding's key, so nothing wraps); under it the title and link, once.
+    assert "FAIL (lossless, conformance) known" in output
+    assert output.count("known finding p-zero-draft-accepted-when-uniform-is-zero (edge/p_zero_draft/V4/g1/u_min): A draft") == 1
     payload = json.loads((tmp_path / "run.json").read_text())
     marked = {r["case_id"]: r.get("known_finding") for r in payload["results"]}
     assert marked["edge/p_zero_draft/V4/g1/u_min"]["key"] == "p-zero-draft-accepted-when-uniform-is-zero"
