@@ -85,6 +85,14 @@ INDEX_PID=
 HEALTH_PID=
 COMPOSE_FILES=(-f docker-compose.yml -f docker-compose.cpu.yml -f compose/podman.yml -f compose/podman-cpu.yml -f compose/ci.yml)
 compose() { bounded "${COMPOSE_STEP_S:-600}" docker-compose --project-name "$PROJECT" --env-file "$CACHE/ci.env" "${COMPOSE_FILES[@]}" "$@"; }
+# `down -v`, and whatever of this project it leaves (a stack whose env file is gone cannot be brought down).
+remove_project() {
+    COMPOSE_STEP_S=180 compose down -v --remove-orphans >/dev/null 2>&1 || true
+    local label="label=com.docker.compose.project=$PROJECT" ids
+    ids=$(podman ps -aq --filter "$label" 2>/dev/null) && [ -z "$ids" ] || podman rm -f $ids >/dev/null 2>&1 || true
+    ids=$(podman volume ls -q --filter "$label" 2>/dev/null) && [ -z "$ids" ] || podman volume rm -f $ids >/dev/null 2>&1 || true
+    podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+}
 UP=0
 cleanup() {
     local rc=$?
@@ -96,8 +104,7 @@ cleanup() {
             compose logs --no-color --tail 80 || true
         fi
         say "down -v"
-        COMPOSE_STEP_S=180 compose down -v --remove-orphans >/dev/null 2>&1 \
-            || podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$PROJECT") >/dev/null 2>&1 || true
+        remove_project
     fi
     [ -n "$INDEX_PID" ] && kill "$INDEX_PID" 2>/dev/null
     stop_service
@@ -108,7 +115,7 @@ start_service
 
 # A stack left by an interrupted run.
 touch "$CACHE/ci.env"
-COMPOSE_STEP_S=180 compose down -v --remove-orphans >/dev/null 2>&1 || true
+remove_project
 
 # ------------------------------------------------------------------ 3. base image and stand-ins
 if ! podman image exists localhost/specwatch-ci/bookworm:latest; then
