@@ -1,16 +1,19 @@
-# specwatch images, from one Dockerfile (docker-compose.yml builds both):
+# specwatch images, from one Dockerfile; docker-compose.yml builds each once (the api service the api image,
+# the housekeeping worker the worker image) and the other services run them by name:
 #
 #   api     the control plane: FastAPI app, `specwatch` CLI, the migrations (`specwatch db upgrade`). No torch.
-#   worker  Celery workers that run the suite: torch, git, and transformers' runtime dependencies.
-#
-# Both install the project's wheel (stage `wheel`), as users install it: the api image with the `server` extra's
-# requirements but without torch, numpy and scipy; the worker image with everything.
+#   worker  Celery workers that run the suite: torch, git, bubblewrap and transformers' runtime dependencies.
 #
 #   docker build --target api    -t specwatch-api .
 #   docker build --target worker -t specwatch-worker:cuda .                                # CUDA torch (PyPI's Linux build)
-#   docker build --target worker --build-arg TORCH_VARIANT=cpu -t specwatch-worker:cpu .   # CPU-only torch
+#   docker build --target worker --build-arg TORCH_VARIANT=cpu -t specwatch-worker:cpu .   # torch==V+cpu, from the PyTorch index
 #   docker build --target worker --build-arg TORCH_VARIANT=cu126 ...                       # one CUDA build from the PyTorch index
-#   docker build --target worker --build-arg TORCH_INDEX_URL=https://mirror.example/simple ...   # any index
+#   docker build --target worker --build-arg TORCH_VARIANT=cpu --build-arg TORCH_INDEX_URL=http://mirror/simple ...
+#
+# Both install the project's wheel (built in the `wheel` stage), not the source tree. Build arguments for
+# pip, every build stage: PIP_INDEX_URL (replaces PyPI), PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_FIND_LINKS;
+# TORCH_INDEX_URL (an extra index torch comes from). A CA bundle and a wheelhouse go in compose/pip/ (see its
+# README.md). None of them reaches the images.
 #
 # Both run as the unprivileged user `specwatch` (uid 10001); the virtual environment (/opt/venv) is
 # root-owned and read-only to it. A worker's state lives in volumes under /var/lib/specwatch (mirrors, releases).
@@ -30,69 +33,72 @@ RUN groupadd --system --gid 10001 specwatch \
        --shell /usr/sbin/nologin specwatch
 WORKDIR /app
 
-# ------------------------------------------------------------------------------------- requirements
-# The dependency lists from pyproject.toml, so that installing them is a layer cached until it changes
-# (the package's own code, copied later, changes far more often). The api's list is the `server` extra and the
-# library's command-line requirements, without the suite's torch, numpy and scipy.
-FROM base AS requirements
-COPY pyproject.toml ./
-RUN set -eu; \
-    deps='import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; suite = ("torch", "numpy", "scipy"); base = [r for r in p["dependencies"] if sys.argv[1] == "worker" or not r.startswith(suite)]; print("\n".join(base + p["optional-dependencies"]["server"]))'; \
-    python -c "$deps" api > requirements-api.txt; \
-    python -c "$deps" worker > requirements-worker.txt
-
-# -------------------------------------------------------------------------------------------- wheel
-# The project's wheel: the library, the server and the migrations (service/migrations links to migrations/).
+# --------------------------------------------------------------------------------------------- wheel
+# The project's wheel (the library, the server and the migrations: service/migrations links to migrations/),
+# and the dependency lists of both images from pyproject.toml (installed in layers of their own, cached until
+# pyproject.toml changes): the api's is the `server` extra and the library's command-line requirements without
+# the suite's torch, numpy and scipy; the worker's everything.
 FROM base AS wheel
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PIP_FIND_LINKS
+COPY compose/pip/ /pip/
 COPY pyproject.toml README.md ./
+RUN python /pip/requirements.py api > /pip/requirements-api.txt \
+    && python /pip/requirements.py worker > /pip/requirements-worker.txt
 COPY specwatch ./specwatch
 COPY service ./service
 COPY workers ./workers
 COPY migrations ./migrations
-RUN pip wheel --no-deps --wheel-dir /dist .
+RUN . /pip/pip-env.sh && python -m pip wheel --no-deps --wheel-dir /pip/dist .
 
 # -------------------------------------------------------------------------------------- api (build)
 FROM base AS api-build
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PIP_FIND_LINKS
+COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
-COPY --from=requirements /app/requirements-api.txt /tmp/requirements.txt
-RUN pip install --requirement /tmp/requirements.txt
-# The wheel without its dependencies (those are installed above): no torch, numpy or scipy in the control plane.
-COPY --from=wheel /dist /dist
-RUN pip install --no-deps /dist/*.whl \
-    && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
+COPY --from=wheel /pip/requirements-api.txt /tmp/requirements.txt
+RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
 
 # ----------------------------------------------------------------------------------- worker (build)
 FROM base AS worker-build
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PIP_FIND_LINKS
 # Keep TORCH_VERSION equal to the Makefile's TORCH_SPEC (a test checks it).
 ARG TORCH_VERSION=2.13.0
-# cuda: PyPI's torch, whose Linux x86_64 wheels are CUDA builds; cpu, cuXYZ or rocmX.Y: that build from
-# the PyTorch index. TORCH_INDEX_URL, when set, wins over TORCH_VARIANT.
+# cuda: torch==TORCH_VERSION from the package index (PyPI's Linux x86_64 wheels are CUDA builds); cpu, cuXYZ
+# or rocmX.Y: torch==TORCH_VERSION+VARIANT from TORCH_INDEX_URL, by default that build's PyTorch index. The
+# torch index is an extra index: torch's own dependencies come from the package index.
 ARG TORCH_VARIANT=cuda
 ARG TORCH_INDEX_URL=
 # The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin).
 ARG TRANSFORMERS_VERSION=5.24.0
+COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
-RUN set -eu; \
+RUN set -eu; . /pip/pip-env.sh; \
     index="${TORCH_INDEX_URL}"; \
-    if [ -z "$index" ]; then \
-        case "${TORCH_VARIANT}" in \
-            cuda) index="https://pypi.org/simple" ;; \
-            cpu|cu[0-9]*|rocm[0-9]*) index="https://download.pytorch.org/whl/${TORCH_VARIANT}" ;; \
-            *) echo "TORCH_VARIANT must be cuda, cpu, cuXYZ or rocmX.Y, got '${TORCH_VARIANT}'" >&2; exit 1 ;; \
-        esac; \
-    fi; \
-    pip install --index-url "$index" "torch==${TORCH_VERSION}"
+    case "${TORCH_VARIANT}" in \
+        cuda) spec="torch==${TORCH_VERSION}" ;; \
+        cpu|cu[0-9]*|rocm[0-9]*) spec="torch==${TORCH_VERSION}+${TORCH_VARIANT}"; index="${index:-https://download.pytorch.org/whl/${TORCH_VARIANT}}" ;; \
+        *) echo "TORCH_VARIANT must be cuda, cpu, cuXYZ or rocmX.Y, got '${TORCH_VARIANT}'" >&2; exit 1 ;; \
+    esac; \
+    if [ -n "$index" ]; then export PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL:+$PIP_EXTRA_INDEX_URL }$index"; fi; \
+    pip install "$spec"
 # transformers' runtime dependencies, but not transformers itself: a run tests the commit's own tree (its
 # src/ first on PYTHONPATH), never an installed copy. These are the dependencies of one release; commits far
 # older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
 # with --build-arg TRANSFORMERS_VERSION=4.NN.0.
-RUN pip install "transformers==${TRANSFORMERS_VERSION}" \
+RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
     && pip uninstall --yes transformers
-COPY --from=requirements /app/requirements-worker.txt /tmp/requirements.txt
-RUN pip install --requirement /tmp/requirements.txt
-COPY --from=wheel /dist /dist
-RUN pip install --no-deps /dist/*.whl \
-    && python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+COPY --from=wheel /pip/requirements-worker.txt /tmp/requirements.txt
+RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
+RUN python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 
 # -------------------------------------------------------------------------------------------- worker
 FROM base AS worker
@@ -102,6 +108,9 @@ RUN apt-get update \
     && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=worker-build /opt/venv /opt/venv
+# The project's wheel last, without its dependencies (above): a change of the code rebuilds this small layer only.
+COPY --from=wheel /pip/dist /tmp/dist
+RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist
 # The state directories exist, owned by the worker's user, so that named volumes mounted on them start with
 # that ownership: git mirrors, and released versions installed for pip-mode runs.
 RUN install --directory --owner specwatch --group specwatch \
@@ -117,6 +126,10 @@ CMD ["celery", "-A", "workers.celery_app", "worker", "-Q", "gpu", "--concurrency
 # Last, so that a plain `docker build .` gives the api image.
 FROM base AS api
 COPY --from=api-build /opt/venv /opt/venv
+# The wheel without its dependencies (those are installed above): no torch, numpy or scipy in the control plane.
+COPY --from=wheel /pip/dist /tmp/dist
+RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist \
+    && if python -c 'import torch' 2>/dev/null; then echo "torch must not be in the api image" >&2; exit 1; fi
 USER specwatch
 EXPOSE 8000
 CMD ["uvicorn", "--factory", "service.app:create_app", "--host", "0.0.0.0", "--port", "8000"]

@@ -5,6 +5,8 @@
 It creates a local git repository of a toy speculative-sampling library (a correct sampler, then a commit
 with the classic swapped-residual bug), registers it as a target (``POST /targets``, a write token), posts a
 correctly signed GitHub ``push`` webhook for the commits, and polls ``GET /runs/{id}`` until the runs finish.
+It exits 0 when both runs finished with a verdict (the correct commit passed, the buggy one failed), 1 when
+any ended without one (``error``, ``uninstallable``, ``cancelled``: see the run's error) or the wait timed out.
 
     specwatch serve &                                   # SPECWATCH_WEBHOOK_SECRET and _API_TOKEN_HASHES set
     python scripts/demo.py --url http://127.0.0.1:8000 --secret "$SECRET" --token "$TOKEN"
@@ -31,6 +33,8 @@ import httpx
 
 ADAPTER = "toy_lib.sampler:speculative_sample"
 FINISHED = {"passed", "failed", "error", "uninstallable", "cancelled"}
+# Finished without a verdict: the demo did not show what it is for.
+UNTESTED = {"error", "uninstallable", "cancelled"}
 
 # The toy library's correct sampler (the tests' toy target commits the same file).
 CORRECT = (Path(__file__).resolve().parent / "toy_sampler.py").read_text()
@@ -93,6 +97,35 @@ def post_push(client: httpx.Client, secret: str, payload: dict[str, Any]) -> htt
     return client.post("/webhooks/github", content=body, headers=headers)
 
 
+def register_target(client: httpx.Client, token: str, name: str, repo: Path) -> httpx.Response:
+    """``POST /targets`` of the toy library at ``repo`` (every commit of ``main``)."""
+    target = {"name": name, "repo_url": str(repo), "branches": ["main"], "adapter": ADAPTER, "commit_policy": "every"}
+    return client.post("/targets", json=target, headers={"Authorization": f"Bearer {token}"})
+
+
+def wait_for_runs(client: httpx.Client, token: str, name: str, count: int, timeout_s: float) -> dict[int, dict[str, Any]] | None:
+    """The latest run of each of the target's commits once ``count`` of them have finished (by run id, as
+    ``GET /runs/{id}`` gives them), or None when ``timeout_s`` passes first. Prints each change of status."""
+    headers = {"Authorization": f"Bearer {token}"}
+    deadline = time.monotonic() + timeout_s
+    seen: dict[int, str] = {}
+    while time.monotonic() < deadline:
+        # Each commit's latest run: a failing run's confirmation rerun takes its place.
+        page = client.get(f"/targets/{name}/commits", headers=headers).json()
+        runs = {}
+        for run_id in (c["run_id"] for c in page["commits"] if c["run_id"] is not None):
+            run = client.get(f"/runs/{run_id}", headers=headers).json()
+            if seen.get(run_id) != run["status"]:
+                error = f" ({run['error']})" if run.get("error") else ""
+                print(f"run {run_id} ({run['sha'][:12]}): {run['status']}, {len(run['cases'])} case result(s){error}")
+                seen[run_id] = run["status"]
+            runs[run_id] = run
+        if len(runs) >= count and all(r["status"] in FINISHED for r in runs.values()):
+            return runs
+        time.sleep(2)
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("SPECWATCH_DEMO_URL", "http://127.0.0.1:8000"))
@@ -107,8 +140,7 @@ def main() -> int:
     shas = make_repository(repo)
     print(f"created {repo} with commits {', '.join(s[:12] for s in shas)} (correct, then a swapped residual)")
     with httpx.Client(base_url=args.url, timeout=30) as client:
-        target = {"name": args.name, "repo_url": str(repo), "branches": ["main"], "adapter": ADAPTER, "commit_policy": "every"}
-        created = client.post("/targets", json=target, headers={"Authorization": f"Bearer {args.token}"})
+        created = register_target(client, args.token, args.name, repo)
         if created.status_code != 201:
             print(f"registering the target failed: {created.status_code} {created.text}", file=sys.stderr)
             return 1
@@ -118,22 +150,18 @@ def main() -> int:
             print(f"the push was refused: {answer.status_code} {answer.text}", file=sys.stderr)
             return 1
         print(f"push accepted: {answer.json()}")
-        deadline = time.monotonic() + args.timeout
-        statuses: dict[int, str] = {}
-        while time.monotonic() < deadline:
-            page = client.get(f"/targets/{args.name}/commits", headers={"Authorization": f"Bearer {args.token}"}).json()
-            runs = [c["run_id"] for c in page["commits"] if c["run_id"] is not None]
-            for run_id in runs:
-                run = client.get(f"/runs/{run_id}", headers={"Authorization": f"Bearer {args.token}"}).json()
-                if statuses.get(run_id) != run["status"]:
-                    statuses[run_id] = run["status"]
-                    print(f"run {run_id} ({run['sha'][:12]}): {run['status']}, {len(run['cases'])} case result(s)")
-            if len(runs) == len(shas) and all(statuses.get(r) in FINISHED for r in runs):
-                print(f"done: see {args.url}/ui/targets/{args.name}")
-                return 0
-            time.sleep(2)
-    print("timed out waiting for the runs", file=sys.stderr)
-    return 1
+        runs = wait_for_runs(client, args.token, args.name, len(shas), args.timeout)
+    if runs is None:
+        print("timed out waiting for the runs", file=sys.stderr)
+        return 1
+    untested = {run_id: run for run_id, run in runs.items() if run["status"] in UNTESTED}
+    if untested:
+        for run_id, run in sorted(untested.items()):
+            print(f"run {run_id} ({run['sha'][:12]}) ended {run['status']}: {run.get('error') or 'no error recorded'}", file=sys.stderr)
+        print("the runs did not test the commits (see the errors above)", file=sys.stderr)
+        return 1
+    print(f"done: see {args.url}/ui/targets/{args.name}")
+    return 0
 
 
 if __name__ == "__main__":

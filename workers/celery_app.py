@@ -10,13 +10,18 @@ it ends, re-queued if its process dies, time limits below Redis' visibility time
 decides whether it is polled), the analysis of finished runs (``workers.analyse_run``) and the notification
 outbox (``workers.deliver_notifications``, every ``notify_interval_s``). Start a GPU
 worker with ``-Q gpu -c 1`` per GPU and a housekeeping worker with ``-Q default``, plus one ``celery beat``.
+
+A worker of the ``gpu`` queue that must isolate the suite (``SPECWATCH_WORKER_SANDBOX=bwrap`` or ``uid``) probes
+the sandbox before it starts and refuses to start, with the reason on one line, when it cannot isolate: else
+every run it took would end in ``error`` (a deployment problem shown as broken commits).
 """
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
 from service.settings import Settings, get_settings
@@ -113,3 +118,18 @@ app: Celery[SpecwatchTask] = Celery("specwatch", include=["workers.tasks"], task
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
     sender.config_from_object(celery_config(get_settings(), get_worker_settings()))
+
+
+@signals.celeryd_init.connect
+def _refuse_to_start_without_isolation(options: dict[str, Any] | None = None, **_: Any) -> None:
+    queues = (options or {}).get("queues") or [GPU_QUEUE]  # no -Q: every queue
+    settings = get_worker_settings()
+    if GPU_QUEUE not in (queues.split(",") if isinstance(queues, str) else queues) or settings.sandbox not in ("bwrap", "uid"):
+        return
+    from workers.execution import sandbox_of  # noqa: PLC0415 -- the suite's side, only in a worker process
+
+    try:
+        sandbox_of(settings)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        # SystemExit passes through Celery's signal dispatch: the worker exits 1 with this line on stderr.
+        raise SystemExit(f'specwatch worker not started: it cannot isolate the suite: {exc} (README "Deployment")') from None

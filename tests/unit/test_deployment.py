@@ -37,6 +37,29 @@ COMPOSE = "docker-compose.yml"
 COMPOSE_CPU = "docker-compose.cpu.yml"
 COMPOSE_WORKER = "docker-compose.worker.yml"
 COMPOSE_FILES = (COMPOSE, COMPOSE_CPU, COMPOSE_WORKER)
+# The podman overrides and CI's (compose/): parsed with the files they override.
+COMPOSE_PODMAN = "compose/podman.yml"
+COMPOSE_PODMAN_CPU = "compose/podman-cpu.yml"
+COMPOSE_CI = "compose/ci.yml"
+OVERRIDES = (COMPOSE_PODMAN, COMPOSE_PODMAN_CPU, COMPOSE_CI)
+SUITE_WORKERS = ("worker-gpu", "worker-cpu")
+# Settings the images set themselves (Dockerfile ENV) or compose sets per service: not handed over by name (a
+# name without a value would unset the image's own).
+SET_BY_IMAGE_OR_COMPOSE = frozenset(
+    {
+        "SPECWATCH_ENV",
+        "SPECWATCH_DATABASE_URL",
+        "SPECWATCH_REDIS_URL",
+        "SPECWATCH_WEBHOOK_SECRET",
+        "SPECWATCH_ALLOW_LOCAL_REPOSITORIES",
+        "SPECWATCH_ALLOW_PRIVATE_HOSTS",
+        "SPECWATCH_WORKER_MIRROR_DIR",
+        "SPECWATCH_WORKER_RELEASE_CACHE_DIR",
+        "SPECWATCH_WORKER_SANDBOX",
+    }
+)
+# Only the housekeeping worker delivers notifications: the channels' secrets go nowhere else.
+NOTIFY_SECRETS = ("SPECWATCH_SLACK_WEBHOOK_URL", "SPECWATCH_GITHUB_TOKEN")
 SPECWATCH_SERVICES = ("migrate", "api", "worker-gpu", "worker", "beat")
 # Variables docker compose itself reads from .env (not interpolated in our files, not settings).
 COMPOSE_CLI_VARIABLES = frozenset({"COMPOSE_FILE", "COMPOSE_PROFILES", "COMPOSE_PROJECT_NAME"})
@@ -93,7 +116,8 @@ REQUIRED_SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "SPECWATCH_WEBHOOK_SECRET"
 
 def project(tmp_path: Path, values: dict[str, str]) -> Path:
     """A copy of the compose files with a ``.env`` made from ``.env.example`` and ``values`` filled in."""
-    for name in COMPOSE_FILES:
+    for name in (*COMPOSE_FILES, *OVERRIDES):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     lines = []
     for line in (ROOT / ".env.example").read_text().splitlines():
@@ -219,10 +243,11 @@ def test_cpu_override_replaces_the_gpu_worker_by_a_cpu_one(compose: tuple[str, .
     assert "deploy" not in cpu
     assert cpu["environment"] == {**gpu["environment"], "SPECWATCH_WORKER_DEVICE": "cpu"}
     assert cpu["command"] == [arg.replace("gpu@%h", "cpu@%h") for arg in gpu["command"]]
-    for key in ("env_file", "volumes", "depends_on", "init", "restart", "stop_grace_period"):
+    for key in ("env_file", "volumes", "depends_on", "init", "restart", "stop_grace_period", "security_opt"):
         assert cpu.get(key) == gpu.get(key), key
+    # One CPU worker image, built once (by the housekeeping worker) and run by the other two.
+    assert services["worker"]["build"]["args"]["TORCH_VARIANT"] == "cpu"
     for name in ("worker-cpu", "worker", "beat"):
-        assert services[name]["build"]["args"]["TORCH_VARIANT"] == "cpu", name
         assert services[name]["image"] == "specwatch-worker:cpu", name
 
 
@@ -237,18 +262,110 @@ def test_remote_worker_file_is_the_gpu_worker_against_central_services(
     config = resolved(compose, project(tmp_path, central), COMPOSE_WORKER)
     assert set(config["services"]) == {"worker-gpu"}
     remote, local = config["services"]["worker-gpu"], main_config["services"]["worker-gpu"]
-    # (A v1 docker-compose also folds the env_file into environment: compare the variables the file sets.)
-    assert {name: value for name, value in remote["environment"].items() if name.startswith("SPECWATCH_")} == {
+    assert {name: value for name, value in remote["environment"].items() if value is not None} == {
         "SPECWATCH_ENV": "prod",
         "SPECWATCH_ALLOW_LOCAL_REPOSITORIES": "false",
         "SPECWATCH_ALLOW_PRIVATE_HOSTS": "false",
         "SPECWATCH_WORKER_SANDBOX": "bwrap",
         **central,
     }
-    for key in ("command", "image", "deploy", "volumes", "init", "restart", "stop_grace_period", "security_opt"):
+    # The same settings handed by name (read from the files: a CLI may leave out a name that nothing sets).
+    assert set(raw_environment(COMPOSE_WORKER, "worker-gpu")) == set(raw_environment(COMPOSE, "worker-gpu"))
+    for key in ("command", "image", "deploy", "volumes", "init", "restart", "stop_grace_period", "security_opt", "env_file"):
         assert remote.get(key) == local.get(key), key
-    assert remote["build"]["target"] == local["build"]["target"]
-    assert remote["build"]["args"] == local["build"]["args"]
+    # Built as the deployment's worker image is (there by the housekeeping worker).
+    builder = main_config["services"]["worker"]
+    assert remote["build"]["target"] == builder["build"]["target"]
+    assert remote["build"]["args"] == builder["build"]["args"]
+
+
+def test_no_container_gets_the_whole_env_file(compose: tuple[str, ...], tmp_path: Path) -> None:
+    """Each service gets its connection settings and, by name, what it reads: the database and Redis passwords
+    only inside the URLs of the services that connect, the notification channels' secrets only where the outbox
+    is delivered, never in a suite worker."""
+    directory = project(tmp_path, {**REQUIRED_SECRETS, "SPECWATCH_SLACK_WEBHOOK_URL": "https://hooks.example/T/B/x"})
+    for files in ((COMPOSE,), (COMPOSE, COMPOSE_CPU)):
+        services = resolved(compose, directory, *files)["services"]
+        for name, service in services.items():
+            assert "env_file" not in service, name
+            env = service.get("environment") or {}
+            assert "POSTGRES_PASSWORD" not in env or name == "postgres", name
+            assert "REDIS_PASSWORD" not in env, name
+            for secret in NOTIFY_SECRETS:
+                assert secret not in env or name == "worker", f"{secret} in {name}"
+        assert services["worker"]["environment"]["SPECWATCH_SLACK_WEBHOOK_URL"] == "https://hooks.example/T/B/x"
+        assert services["migrate"]["environment"].keys() == {"SPECWATCH_ENV", *SET_BY_IMAGE_OR_COMPOSE} - {
+            "SPECWATCH_WORKER_MIRROR_DIR",
+            "SPECWATCH_WORKER_RELEASE_CACHE_DIR",
+            "SPECWATCH_WORKER_SANDBOX",
+        }
+
+
+def raw_environment(file: str, service: str) -> dict[str, Any]:
+    """A service's environment as its file writes it (YAML anchors and merges resolved, nothing interpolated)."""
+    environment = yaml.safe_load((ROOT / file).read_text())["services"][service].get("environment") or {}
+    assert isinstance(environment, dict), f"{file}: {service}'s environment as a mapping"
+    return environment
+
+
+def test_every_setting_reaches_a_service_that_reads_it() -> None:
+    """Every SPECWATCH_* entry of .env.example is handed to a specwatch service (by name), except those the
+    images or compose set; the workers' to every worker, the API's to the API."""
+    services = {name: raw_environment(COMPOSE, name) for name in SPECWATCH_SERVICES}
+    services["worker-cpu"] = raw_environment(COMPOSE_CPU, "worker-cpu")
+    handed = {name for environment in services.values() for name in environment}
+    settings = {name for name in env_example() if name.startswith("SPECWATCH_")}
+    assert settings - SET_BY_IMAGE_OR_COMPOSE - handed == set()
+    worker_settings = {name for name in settings if name.startswith("SPECWATCH_WORKER_")} - SET_BY_IMAGE_OR_COMPOSE
+    for name in ("worker", "beat", "worker-gpu", "worker-cpu"):
+        assert worker_settings <= set(services[name]), name
+    assert {"SPECWATCH_API_TOKEN_HASHES", "SPECWATCH_SESSION_SECRET"} <= set(services["api"])
+    for name, environment in services.items():
+        passed = {key for key, value in environment.items() if value is None}
+        assert not passed & SET_BY_IMAGE_OR_COMPOSE, f"{name} would unset what its image sets"
+
+
+def test_each_image_is_built_once(compose: tuple[str, ...], tmp_path: Path) -> None:
+    """One service builds each image; the others run it by name (no parallel builds of the same image)."""
+    directory = project(tmp_path, REQUIRED_SECRETS)
+    for files, builders in (((COMPOSE,), {"specwatch-api": "api", "specwatch-worker:cuda": "worker"}),
+                            ((COMPOSE, COMPOSE_CPU), {"specwatch-api": "api", "specwatch-worker:cpu": "worker"})):  # fmt: skip
+        services = resolved(compose, directory, *files)["services"]
+        built = {service["image"]: name for name, service in services.items() if "build" in service}
+        assert built == builders, files
+        for name, service in services.items():
+            if not service.get("profiles"):  # (worker-gpu, not started with the CPU file)
+                assert service["image"] in builders or not service["image"].startswith("specwatch"), name
+
+
+def test_suite_workers_can_run_bubblewrap(compose: tuple[str, ...], tmp_path: Path) -> None:
+    """Docker: no seccomp filter (user namespaces) and no masked /proc paths (bwrap mounts its own /proc);
+    podman: the same plus unmask=ALL, which is how it lifts the masks (it ignores systempaths)."""
+    directory = project(tmp_path, REQUIRED_SECRETS)
+    docker = resolved(compose, directory, COMPOSE, COMPOSE_CPU, profiles=("gpu",))["services"]
+    podman = resolved(compose, directory, COMPOSE, COMPOSE_CPU, COMPOSE_PODMAN, COMPOSE_PODMAN_CPU, profiles=("gpu",))["services"]
+    for name in SUITE_WORKERS:
+        assert set(docker[name]["security_opt"]) == {"seccomp=unconfined", "systempaths=unconfined"}, name
+        assert set(podman[name]["security_opt"]) == {"seccomp=unconfined", "systempaths=unconfined", "unmask=ALL"}, name
+        assert docker[name]["environment"]["SPECWATCH_WORKER_SANDBOX"] == "bwrap", name
+    for name in set(docker) - set(SUITE_WORKERS):
+        assert "security_opt" not in docker[name], name
+        assert "security_opt" not in podman[name], name
+    # Podman ignores deploy's GPU reservation: the CDI device.
+    assert "nvidia.com/gpu=all" in str(podman["worker-gpu"]["devices"])
+
+
+def test_ci_override_changes_only_what_ci_needs(compose: tuple[str, ...], tmp_path: Path) -> None:
+    directory = project(tmp_path, {**REQUIRED_SECRETS, "SPECWATCH_COMPOSE_REPOS": "/srv/repos", "TORCH_VARIANT": "cpu"})
+    files = (COMPOSE, COMPOSE_CPU, COMPOSE_PODMAN, COMPOSE_PODMAN_CPU)
+    base, ci = resolved(compose, directory, *files)["services"], resolved(compose, directory, *files, COMPOSE_CI)["services"]
+    assert set(ci) - set(base) == {"slack"}
+    assert published_ports(ci["slack"])[0][0] == "127.0.0.1"
+    for name, service in base.items():
+        for key in ("command", "image", "depends_on", "security_opt", "healthcheck", "restart"):
+            assert ci[name].get(key) == service.get(key), (name, key)
+    assert ci["worker"]["environment"]["SPECWATCH_SLACK_WEBHOOK_URL"].startswith("http://slack:8080/")
+    assert "/srv/repos" in volume_sources(ci["worker-cpu"])
 
 
 # --------------------------------------------------------------------- compose: commands resolve to code
@@ -415,19 +532,36 @@ def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
 
 
 def test_api_image_requirements_exclude_the_suite(tmp_path: Path) -> None:
-    """Runs the Dockerfile's own requirement extraction: torch only in the worker's list."""
-    script = re.search(r"deps='([^']*)'", (ROOT / "Dockerfile").read_text())
-    assert script
+    """Runs the Dockerfile's own requirement extraction (compose/pip/requirements.py): torch only in the worker's list."""
+    assert "python /pip/requirements.py api" in (ROOT / "Dockerfile").read_text()
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
 
-    def requirements(*extras: str) -> set[str]:
-        done = subprocess.run([sys.executable, "-c", script[1], *extras], cwd=tmp_path, capture_output=True, text=True, check=True)
+    def requirements(image: str) -> set[str]:
+        script = str(ROOT / "compose" / "pip" / "requirements.py")
+        done = subprocess.run([sys.executable, script, image], cwd=tmp_path, capture_output=True, text=True, check=True)
         return {re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0] for line in done.stdout.split()}
 
     api, worker = requirements("api"), requirements("worker")
     assert {"fastapi", "celery", "alembic"} <= api
     assert not api & {"torch", "numpy", "scipy"}
     assert {"torch", "numpy", "scipy"} <= worker
+
+
+def test_dockerfile_needs_no_registry_frontend_and_installs_the_wheel() -> None:
+    """No `# syntax=` line (BuildKit would fetch that frontend from a registry: offline builds fail); both images
+    install the project's wheel, never the source tree; pip's build arguments in every stage that downloads."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE)
+    stages = dockerfile_stages()
+    assert any("pip wheel --no-deps" in line for line in stages["wheel"])
+    for name in ("api", "worker"):  # last, in the final stages: a change of the code rebuilds one small layer
+        assert re.search(r"pip install --no-deps /tmp/dist/specwatch-\S*\.whl", " ".join(stages[name])), name
+    for name, instructions in stages.items():
+        assert not any(re.match(r"RUN .*pip install .*\s\.(\s|$)", line) for line in instructions), f"{name} installs the tree"
+        # Every stage that downloads (pip beyond a local wheel without dependencies) takes pip's build arguments.
+        if any(("pip install" in line and "--no-deps" not in line) or "pip wheel" in line for line in instructions):
+            args = {line.split()[1].split("=")[0] for line in instructions if line.startswith("ARG ")}
+            assert {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_FIND_LINKS"} <= args, name
 
 
 def test_dockerfile_pins_match_the_project() -> None:
@@ -487,7 +621,9 @@ def direct_reads() -> set[str]:
 
 
 def compose_variables() -> set[str]:
-    return {match["name"] for file in COMPOSE_FILES for match in INTERPOLATION.finditer((ROOT / file).read_text())}
+    """The variables the deployment's compose files interpolate (not CI's override, whose are its script's)."""
+    files = (*COMPOSE_FILES, COMPOSE_PODMAN, COMPOSE_PODMAN_CPU)
+    return {match["name"] for file in files for match in INTERPOLATION.finditer((ROOT / file).read_text())}
 
 
 @pytest.fixture
@@ -545,3 +681,41 @@ def test_env_example_as_given_refuses_to_run_without_secrets(monkeypatch: pytest
     monkeypatch.setenv("SPECWATCH_WEBHOOK_SECRET", "hook-secret")
     for cls in settings_classes():
         cls(_env_file=None)
+
+
+# ------------------------------------------------------------------------------------------ scripts/demo.py
+@pytest.mark.parametrize(
+    ("statuses", "exit_status"),
+    [(("passed", "failed"), 0), (("passed", "error"), 1), (("error", "error"), 1), (("passed", "uninstallable"), 1)],
+)
+def test_the_demo_fails_when_its_runs_end_without_a_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], statuses: tuple[str, str], exit_status: int
+) -> None:
+    """scripts/demo.py against a fake API: exit 0 only when both runs have a verdict, else 1 with each run's error."""
+    import httpx
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    demo = importlib.import_module("demo")
+    error = "the worker cannot isolate the suite: bwrap: Can't mount proc on /newroot/proc"
+
+    def api(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "POST":
+            return httpx.Response(201 if path == "/targets" else 202, json={})
+        if path.endswith("/commits"):
+            return httpx.Response(200, json={"commits": [{"run_id": 1}, {"run_id": 2}]})
+        run_id = int(path.rsplit("/", 1)[1])
+        status = statuses[run_id - 1]
+        return httpx.Response(
+            200, json={"sha": f"{run_id}" * 40, "status": status, "cases": [], "error": error if status == "error" else None}
+        )
+
+    client = httpx.Client
+    monkeypatch.setattr(demo.httpx, "Client", lambda **options: client(transport=httpx.MockTransport(api), **options))
+    monkeypatch.setattr(sys, "argv", ["demo.py", "--workdir", str(tmp_path), "--timeout", "30"])
+    assert demo.main() == exit_status
+    err = capsys.readouterr().err
+    if exit_status:
+        assert "did not test the commits" in err
+    if "error" in statuses:
+        assert error in err
