@@ -1,6 +1,7 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
 adapter (``transformers``, ``vllm``: the installed package, whatever version is importable;
-``transformers+mutant:NAME``: transformers with a library-level mutant planted in it).
+``transformers+mutant:NAME``: transformers with a library-level mutant planted in it; ``llamacpp``: llama.cpp
+through llama-cpp-python and the tools built with it).
 
 Adapters for real libraries are the packages beside this module (:mod:`.transformers`, :mod:`.vllm`);
 :mod:`.install` decides which copy of a library is tested (a pip release or a source checkout).
@@ -58,11 +59,18 @@ def _vllm(spec: str) -> Target:
         raise TargetError(str(exc)) from exc
 
 
+def _llamacpp(spec: str) -> Target:
+    from specwatch.targets.llamacpp.adapter import LlamaCppAdapter  # noqa: PLC0415 - optional library
+
+    adapter = LlamaCppAdapter.load()  # AdapterError is a TargetError
+    return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+
+
 def _user_function(spec: str) -> Target:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(
-            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm' or "
+            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm', 'llamacpp' or "
             f"'module:function', got {spec!r}"
         )
     try:
@@ -89,6 +97,8 @@ def resolve(spec: str) -> Target:
         return _transformers(spec)
     if spec == "vllm":
         return _vllm(spec)
+    if spec == "llamacpp":
+        return _llamacpp(spec)
     if spec.startswith("mutant:"):
         name = spec.removeprefix("mutant:")
         if name not in MUTANTS:
