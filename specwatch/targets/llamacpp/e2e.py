@@ -24,13 +24,25 @@ from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observati
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
 from specwatch.targets.llamacpp.chain import ChainFixtureError, LlamaChain
-from specwatch.targets.llamacpp.models import VOCAB, conditional_logits, next_token_logits, tokens_of
-from specwatch.targets.llamacpp.paths import GAMMA, IGNORE_EOS, PathError, PythonGenerate, SpeculativeTool, Trial, greedy_reference
+from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, VOCAB, conditional_logits, next_token_logits, tokens_of
+from specwatch.targets.llamacpp.paths import (
+    GAMMA,
+    IGNORE_EOS,
+    PathError,
+    PythonGenerate,
+    SpeculativeTool,
+    Trial,
+    forward_difference,
+    greedy_reference,
+)
 
 LENGTH = 3
 HORIZON = 12
 #: Repeats an n-gram so that prompt lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = tuple(tokens_of("abcabcab"))
+#: TV distance the tool cases are designed at (a process per trial: about 1 000 trials at 0.3, not 10 000 at 0.1).
+TOOL_EPSILON = 0.3
+TOOL_MIN_TRIALS = 64
 #: Cuts real mass on every row the joint law enumerates (checked when the law is built: ChainFixtureError).
 PROCESSING_ON = {"temperature": 0.8, "top_k": 6, "top_p": 0.9, "min_p": 0.05}
 
@@ -40,12 +52,17 @@ class Runs(Protocol):
 
 
 class GenerateExperiment:
-    """Trials of one path at one chain: the joint law of the first tokens and every token's conditional law."""
+    """Trials of one path at one chain: the joint law of the first tokens and every token's conditional law.
+    ``process_per_trial``: a tool run per trial (a fraction of a second each): a short fingerprint probe and a
+    first batch of at least :data:`TOOL_MIN_TRIALS`, not the runner's default thousand."""
 
-    probe_trials = 64
-
-    def __init__(self, path: Runs, chain: LlamaChain, *, speculative: bool, horizon: int = HORIZON) -> None:
+    def __init__(
+        self, path: Runs, chain: LlamaChain, *, speculative: bool, horizon: int = HORIZON, process_per_trial: bool = False
+    ) -> None:
         self.path, self.chain, self.horizon = path, chain, horizon
+        self.probe_trials = 16 if process_per_trial else 64
+        if process_per_trial:
+            self.min_trials = TOOL_MIN_TRIALS
         try:
             self.law = chain.fixture_law(lambda prefix: next_token_logits(PROMPT, prefix), LENGTH, VOCAB)
         except ChainFixtureError as exc:
@@ -157,6 +174,33 @@ class GreedyExperiment:
         return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes())
 
 
+class ForwardExperiment:
+    """llama.cpp's forward of the target GGUF against the float64 reference on random sequences (one a trial): a
+    difference above float32 noise (:data:`FORWARD_TOLERANCE`) means the laws would be computed from another function."""
+
+    trials = 8
+    probe_trials = 1
+    checks: Sequence[CheckSpec] = ()
+    expected_acceptance = None
+    accepted_per_trial_max = None
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.trials
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        violations: list[Violation] = []
+        worst = 0.0
+        for _ in range(n):
+            tokens = torch.randint(0, VOCAB, (int(torch.randint(4, 40, (1,), generator=generator)),), generator=generator).tolist()
+            worst = max(worst, difference := forward_difference(tokens))
+            if difference > FORWARD_TOLERANCE and not violations:
+                violations.append(
+                    Violation(Layer.LOSSLESS, f"tokens {tokens}: llama.cpp's logits differ from the reference by {difference:.3g}")
+                )
+        return Observation({}, tuple(violations), 0, np.asarray([worst > FORWARD_TOLERANCE], dtype=np.int64).tobytes())
+
+
 class Installed(Protocol):
     @property
     def info(self) -> dict[str, Any] | None: ...
@@ -174,8 +218,8 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     cases: list[Case] = []
     described = f"joint law of the first {LENGTH} tokens, every token of {HORIZON} against its conditional law"
 
-    def add(case_id: str, what: str, make: Any, skip: str | None, *, quick: bool = True) -> None:
-        cases.append(Case(id=case_id, family="e2e", description=what, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick))
+    def add(case_id: str, what: str, make: Any, skip: str | None, *, epsilon: float = 0.1) -> None:
+        cases.append(Case(id=case_id, family="e2e", description=what, epsilon=epsilon, make_experiment=make, skip_reason=skip))
 
     for label, (settings, desc) in chains.items():
         chain = LlamaChain(**settings)  # type: ignore[arg-type]
@@ -195,10 +239,12 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         )
         add(
             f"e2e/speculative/{label}",
-            f"llama-speculative, draft model, up to {GAMMA} drafts, --ignore-eos ({desc}; temperature > 0: r <= p/q against the "
-            f"draft's top candidate, residual max(0, p - q)): {described}",
-            lambda device, c=banned: GenerateExperiment(SpeculativeTool(speculative), c, speculative=True),  # type: ignore[arg-type]
+            f"llama-speculative (a process per trial, designed at TV {TOOL_EPSILON}), draft model, up to {GAMMA} drafts, "
+            f"--ignore-eos ({desc}; temperature > 0: r <= p/q against the draft's top candidate, residual max(0, p - q)): "
+            f"{described}",
+            lambda device, c=banned: GenerateExperiment(SpeculativeTool(speculative), c, speculative=True, process_per_trial=True),  # type: ignore[arg-type]
             no_tool,
+            epsilon=TOOL_EPSILON,
         )
     add(
         "e2e/greedy/python_prompt_lookup",
@@ -211,5 +257,11 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         "temperature 0: llama-speculative (draft model, --ignore-eos) equals plain greedy decoding of the float64 reference",
         lambda device: GreedyExperiment(SpeculativeTool(speculative), banned=IGNORE_EOS),  # type: ignore[arg-type]
         no_tool,
+    )
+    add(
+        "e2e/forward/gguf_reference",
+        f"llama.cpp's forward of the tiny target GGUF equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
+        lambda device: ForwardExperiment(),
+        None,
     )
     return tuple(cases)

@@ -13,8 +13,8 @@ A trial records the generated tokens and, where the path lets the suite see them
 from __future__ import annotations
 
 import importlib
-import re
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +123,36 @@ def _rounds(prompt_length: int, tokens: Sequence[int], calls: Sequence[tuple[int
     return rounds
 
 
-_STATS = re.compile(r"n_drafted\s*=\s*(\d+).*?n_accept\s*=\s*(\d+)", re.S)
+#: Trials per batch whose verification rounds are reconstructed (float64 draft forwards: coverage, not the law).
+COVERAGE_TRIALS = 32
+
+
+def speculative_rounds(prompt: Sequence[int], tokens: Sequence[int], *, banned: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """llama-speculative's verification rounds, reconstructed from its output: its drafts are deterministic, the draft
+    model's most likely tokens after the chain (``cur_p->data[0]``; the cuts and the temperature keep the argmax,
+    the bias removes ``banned``), ``GAMMA`` per round. The first token comes from the prompt's forward; a round
+    starting at output index s drafts from ``tokens[:s]``, keeps the common prefix a of drafts and output, and the
+    next round starts at s + a + 1 (a rejection's residual token or the bonus token). Rounds the horizon cuts
+    short are left out."""
+    from specwatch.targets.llamacpp.models import next_token_logits  # noqa: PLC0415
+
+    rounds: list[tuple[int, int]] = []
+    start = 1
+    while start + 1 <= len(tokens):
+        drafts: list[int] = []
+        for _ in range(GAMMA):
+            row = next_token_logits(prompt, [*tokens[:start], *drafts], model="draft")
+            row[list(banned)] = -np.inf
+            drafts.append(int(np.argmax(row)))
+        following = list(tokens[start:])
+        accepted = 0
+        while accepted < GAMMA and accepted < len(following) and following[accepted] == drafts[accepted]:
+            accepted += 1
+        if start + min(accepted + 1, GAMMA) > len(tokens):
+            break
+        rounds.append((GAMMA, accepted))
+        start += accepted + 1
+    return rounds
 
 
 @dataclass(frozen=True)
@@ -140,46 +169,52 @@ class SpeculativeTool:
             cuts = ["--top-k", str(chain.top_k), "--top-p", repr(chain.top_p), "--min-p", repr(chain.min_p)]
         return [
             str(self.binary),
-            *("-m", str(models.target), "-md", str(models.draft), "-p", text(prompt), "-n", str(horizon)),
-            *("--draft-max", str(GAMMA), "--draft-min", "0", "-np", "1", "--seed", str(seed), "--ignore-eos"),
-            *(
-                "-t",
-                "1",
-                "-c",
-                "128",
-                "-b",
-                "64",
-                "--repeat-penalty",
-                "1",
-                "--no-warmup",
-                *("-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32"),
-                "--no-display-prompt",
-                *temp,
-                *cuts,
-            ),
+            *("-m", str(models.target), "-md", str(models.draft), "-p", text(prompt), "-n", str(horizon + TOOL_EXTRA)),
+            *("--spec-draft-n-max", str(GAMMA), "-np", "1", "--seed", str(seed), "--ignore-eos"),
+            *("-t", "1", "-c", "128", "-b", "64", "--repeat-penalty", "1"),
+            *("-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32"),
+            *temp,
+            *cuts,
         ]
 
     def run(self, prompt: Sequence[int], chain: LlamaChain | None, horizon: int, seeds: Sequence[int]) -> list[Trial]:
-        out = []
+        out: list[Trial] = []
         for seed in seeds:
             cmd = self.command(prompt, chain, horizon, int(seed))
-            result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
-            if result.returncode != 0:
-                raise PathError(f"llama-speculative exited {result.returncode}: {result.stderr.strip()[-300:]}")
-            tokens = parse_tokens(result.stdout, text(prompt), horizon)
-            stats = _STATS.search(result.stderr)
-            rounds = [(int(stats[1]), int(stats[2]))] if stats else []
+            tokens = parse_tokens(_run_tool(cmd, horizon), horizon)
+            rounds = speculative_rounds(prompt, tokens, banned=IGNORE_EOS) if len(out) < COVERAGE_TRIALS else []
             out.append(Trial(tokens, rounds))
         return out
 
 
-def parse_tokens(stdout: str, prompt: str, horizon: int) -> list[int]:
-    """The generated tokens in the tool's printed text (one character per token; the prompt, if echoed, first).
-    llama-speculative prints the token that ends generation too: up to ``horizon + 1`` tokens, cut to ``horizon``."""
-    body = stdout.strip()
-    body = body.removeprefix(prompt) if len(body) > horizon + 1 else body
+#: Runs of one seed before a cut print is an error, and tokens generated past the horizon. The tool's log thread
+#: can drop the tail of what it prints at exit (its logger is never flushed: upstream issue 22142); the tail is
+#: what is lost, and a seed always gives the same tokens, so a run is repeated until the horizon's tokens are there.
+TOOL_ATTEMPTS = 20
+TOOL_EXTRA = 8
+
+
+def _run_tool(cmd: list[str], need: int) -> str:
+    """The tool's printed text after the prompt once it holds at least ``need`` characters."""
+    prompt = cmd[cmd.index("-p") + 1]
+    body, log = "", ""
+    for _ in range(TOOL_ATTEMPTS):
+        with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+            code = subprocess.run(cmd, stdout=stdout, stderr=stderr, check=False, timeout=120).returncode  # noqa: S603
+            stdout.seek(0)
+            stderr.seek(0)
+            body, log = stdout.read().strip().removeprefix(prompt), stderr.read()
+        if code != 0:
+            raise PathError(f"{Path(cmd[0]).name} exited {code}: {log.strip()[-300:]}")
+        if len(body) >= need:
+            break
+    return body
+
+
+def parse_tokens(body: str, horizon: int) -> list[int]:
+    """The first ``horizon`` generated tokens in the tool's printed text after the prompt (one character a token)."""
     if any(c not in PIECES for c in body) or len(body) < horizon:
-        raise PathError(f"llama-speculative printed {stdout[-200:]!r}: expected {horizon} generated characters of {''.join(PIECES)}")
+        raise PathError(f"llama-speculative printed {body[-200:]!r}: expected {horizon} generated characters of {''.join(PIECES)}")
     return [PIECES.index(c) for c in body[:horizon]]
 
 

@@ -99,7 +99,8 @@ def test_prompt_lookup_rounds_count_the_common_prefix():
 
 
 def test_tool_output_parsing():
-    assert parse_tokens("\n\nbcah\n\n", "abc", 4) == [1, 2, 0, 7]
-    assert parse_tokens("abcbcahh", "abc", 4) == [1, 2, 0, 7]
+    assert parse_tokens("bcahh", 4) == [1, 2, 0, 7]
     with pytest.raises(PathError):
-        parse_tokens("b c", "abc", 3)
+        parse_tokens("b c", 3)
+    with pytest.raises(PathError):
+        parse_tokens("bc", 3)
