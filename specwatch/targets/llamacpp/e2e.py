@@ -127,6 +127,8 @@ def coverage_of(trials: Sequence[Trial]) -> Coverage:
     rounds: dict[int, int] = {}
     full = partial = 0
     for trial in trials:
+        if trial.rounds is None:
+            continue  # not observed (llama-speculative: reconstructed for the first trials of a batch only)
         rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
         for d, a in trial.rounds:
             drafts[d] = drafts.get(d, 0) + 1

@@ -37,8 +37,8 @@ class PathError(Exception):
 @dataclass(frozen=True)
 class Trial:
     tokens: list[int]
-    #: (drafted, accepted) per verification round, where observable.
-    rounds: list[tuple[int, int]] = field(default_factory=list)
+    #: (drafted, accepted) per verification round; None where not observed.
+    rounds: list[tuple[int, int]] | None = field(default_factory=list)
 
 
 class _RecordingLookup:
@@ -182,7 +182,7 @@ class SpeculativeTool:
         for seed in seeds:
             cmd = self.command(prompt, chain, horizon, int(seed))
             tokens = parse_tokens(_run_tool(cmd, horizon), horizon)
-            rounds = speculative_rounds(prompt, tokens, banned=IGNORE_EOS) if len(out) < COVERAGE_TRIALS else []
+            rounds = speculative_rounds(prompt, tokens, banned=IGNORE_EOS) if len(out) < COVERAGE_TRIALS else None
             out.append(Trial(tokens, rounds))
         return out
 
