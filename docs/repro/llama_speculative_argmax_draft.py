@@ -43,7 +43,7 @@ def run(binary: str, models_dir: Path, seed: int) -> list[int]:
     cmd = [binary, "-m", str(models_dir / "target.gguf"), "-md", str(models_dir / "draft.gguf"), "-p", text(PROMPT), "-n", "10"]
     cmd += ["--spec-draft-n-max", "3", "-np", "1", "--seed", str(seed), "--ignore-eos", "-t", "1", "-c", "64"]
     cmd += ["--temp", "1", "--top-k", "0", "--top-p", "1", "--min-p", "0", "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32"]
-    for _ in range(6):  # the tool's log thread can drop the tail of its print at exit: a seed gives the same tokens
+    for _ in range(30):  # the tool's log thread can drop the tail of its print at exit: a seed gives the same tokens
         with tempfile.TemporaryFile("w+") as out:
             subprocess.run(cmd, stdout=out, stderr=subprocess.DEVNULL, check=True)
             out.seek(0)
