@@ -104,3 +104,23 @@ def test_tool_output_parsing():
         parse_tokens("b c", 3)
     with pytest.raises(PathError):
         parse_tokens("bc", 3)
+
+
+def test_the_gguf_file_holds_the_weights_and_the_vocabulary(tmp_path):
+    import gguf
+
+    from specwatch.targets.llamacpp.models import EOS, PIECES, _permute, tiny_llama, tokenizer, write_gguf
+
+    model = tiny_llama(seed=1, layers=1)
+    write_gguf(model, tmp_path / "m.gguf", name="tiny")
+    reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    tensors = {t.name: np.asarray(t.data) for t in reader.tensors}
+    assert len(tensors) == 12  # embeddings, 9 of the layer, output norm and head
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    assert np.array_equal(tensors["output.weight"], state["lm_head.weight"])
+    assert np.array_equal(tensors["blk.0.attn_q.weight"], _permute(state["model.layers.0.self_attn.q_proj.weight"], 2))
+    assert not np.array_equal(tensors["blk.0.attn_q.weight"], state["model.layers.0.self_attn.q_proj.weight"])
+    field = reader.fields["tokenizer.ggml.tokens"]
+    assert [bytes(field.parts[i]).decode() for i in field.data] == list(PIECES)
+    assert int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]) == EOS
+    assert tokenizer().encode("abcab").ids == [0, 1, 2, 0, 1]
