@@ -165,7 +165,7 @@ def test_good_adapters(adapter: str) -> None:
 
 @pytest.mark.parametrize("adapter", ["", "sglang", "mod:", ":f", "a b:c", "mod:f:g", "1mod:f"])
 def test_unknown_adapters_list_the_known_ones(adapter: str) -> None:
-    with pytest.raises(TargetError, match=r"unknown adapter .*known: transformers"):
+    with pytest.raises(TargetError, match=r"unknown adapter .*known: llamacpp, transformers, vllm"):
         validate_adapter(adapter)
 
 
