@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         default=None,
-        help="reference | mutant:NAME | module:function | transformers | vllm | sglang (default: the library of --pip/--source, else reference)",
+        help=(
+            "reference | mutant:NAME | module:function | transformers | vllm | sglang "
+            "(default: the library of --pip/--source, else reference)"
+        ),
     )
     where = run.add_mutually_exclusive_group()
     where.add_argument(
