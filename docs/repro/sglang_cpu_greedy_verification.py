@@ -60,7 +60,9 @@ def main(argv: list[str]) -> int:
     print("\n".join(f"  {i + 1:4}  {text[i]}" for i in range(start, argmax + 1)))
     auto, auto_source = function(hook, "_should_auto_enable_hip_rejection_sampling")
     print(f"\n{hook.name}: rejection sampling is switched on by default only on ROCm:")
-    print("\n".join(f"  {line}" for line in auto_source.splitlines() if "is_hip" in line and "return" not in line)[:400])
+    body = auto_source.splitlines()
+    start_return = next(i for i, line in enumerate(body) if line.strip().startswith("return"))
+    print("\n".join(f"  {line}" for line in body[start_return : start_return + 4]))
     common = {"use_rejection_sampling": False, "algorithm": "EAGLE", "token_map": None, "eagle_topk": 1}
     common |= {"accept_threshold_single": 1.0, "accept_threshold_acc": 1.0, "enable_deterministic_inference": False}
     print(

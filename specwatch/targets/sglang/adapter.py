@@ -90,10 +90,7 @@ class SglangAdapter:
     def load(cls) -> SglangAdapter:
         os.environ.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
         kernels = interpreter.prepare() if interpreter.active() else ("triton (CUDA)" if torch.cuda.is_available() else "triton")
-        try:
-            module = importlib.import_module(MODULE)
-        except Exception as exc:
-            raise AdapterError(f"cannot import {MODULE}: {type(exc).__name__}: {exc}") from exc
+        module = _kernel_module()
         errors: dict[str, str] = {}
         chain = getattr(module, "chain_speculative_sampling_triton", None)
         tree = getattr(module, "tree_speculative_sampling_target_only", None)
@@ -167,6 +164,26 @@ class SglangAdapter:
             for c in direct + trees + engine
         )
         return tuned + e2e.e2e_cases(self)
+
+
+#: Where releases before ``verify_sampling`` keep the Triton chain sampler (0.5.16-0.5.20; 0.5.15 and earlier).
+OLDER_MODULES = ("sglang.kernels.ops.speculative.reject_sampling", "sglang.srt.speculative.reject_sampling")
+
+
+def _kernel_module() -> Any:
+    """``verify_sampling`` (the kernels resolved per platform), else the module an older release keeps the chain
+    sampler in (the tree kernel then counts as absent)."""
+    errors = []
+    for name in (MODULE, *OLDER_MODULES):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("sglang"):
+                raise AdapterError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+            errors.append(f"{name}: {exc}")
+        except Exception as exc:
+            raise AdapterError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+    raise AdapterError(f"this sglang has none of the verification modules ({'; '.join(errors)})")
 
 
 def _engine_defaults() -> dict[str, Any]:
