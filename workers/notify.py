@@ -35,7 +35,7 @@ from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
 from service.models.entries import AlertEntry, alert_entries
-from service.queries import FindingLink, alert_findings
+from service.queries import FindingLink, alert_findings, alert_regressions
 from service.releases import release_version
 from specwatch.findings import is_web_link
 
@@ -99,6 +99,19 @@ def _known_text(finding: FindingLink, findings_url: str) -> str:
     return f"known finding: <{findings_url}#finding-{quote(finding.key, safe='')}|{mrkdwn(finding.title)}> ({own})"
 
 
+def _finding_note(
+    case_id: str, findings: Mapping[str, FindingLink], regressions: Mapping[str, FindingLink], findings_url: str
+) -> str | None:
+    """What a case's line adds: the known finding that explains it, or the fixed one it brings back."""
+    if case_id in findings:
+        return _known_text(findings[case_id], findings_url)
+    if case_id in regressions:
+        fixed = regressions[case_id]
+        where = f", fixed in {mrkdwn(fixed.fixed_in, 200)}" if fixed.fixed_in else ""
+        return f"regression of a fixed {_known_text(fixed, findings_url)}{where}"
+    return None
+
+
 def _md(text: str) -> dict[str, Any]:
     """A mrkdwn text object that Slack does not preprocess (``verbatim``): no bare URL becomes a link and no
     ``@channel`` a mention; the links written here as ``<url|text>`` still work."""
@@ -156,11 +169,19 @@ def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mapping[str, FindingLink] | None = None) -> dict[str, Any]:
+def slack_message(
+    alert: Alert,
+    event: str,
+    dashboard_url: str,
+    findings: Mapping[str, FindingLink] | None = None,
+    regressions: Mapping[str, FindingLink] | None = None,
+) -> dict[str, Any]:
     """The Block Kit message (and its text fallback) of an alert being opened or resolved; ``findings`` (by case
-    id) are the known findings that explain some of its cases, each linked beside its case."""
+    id) are the known findings that explain some of its cases, each linked beside its case; ``regressions`` the
+    fixed findings that some of its cases bring back (the header then says "Regression of a fixed known finding")."""
     target, commit = alert.target, alert.first_bad_commit
     findings = findings or {}
+    regressions = regressions or {}
     findings_url = f"{dashboard_url.rstrip('/')}/ui/targets/{target.name}/findings"
     kind = {
         AlertKind.violation: "Losslessness violation",
@@ -172,6 +193,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     }[alert.kind]
     verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
     # plain_text: Slack parses nothing in it, so it is only cut.
+    if regressions:
+        kind = f"Regression of a fixed known finding ({kind.lower()})"
     header = cut(f"{verb + ': ' if verb else ''}{kind} in {target.name}", MAX_HEADER_TEXT)
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
@@ -213,10 +236,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
             again = f"It had been resolved; it fails again (reopened {times})."
             blocks.append({"type": "section", "text": _md(again)})
         # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
-        lines = [
-            _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e["case_id"] in findings else None)
-            for e in alert_entries(alert.cases)
-        ]
+        lines = [_case_line(e, _finding_note(e["case_id"], findings, regressions, findings_url)) for e in alert_entries(alert.cases)]
         blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})
     blocks.append({"type": "section", "text": _md(f"<{dashboard}|Open on the dashboard>")})
@@ -241,7 +261,7 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,
-        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert)),
+        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert), alert_regressions(session, alert)),
         status=NotificationStatus.pending,
     )
     return add_notification(session, row)
