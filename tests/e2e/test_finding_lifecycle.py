@@ -9,11 +9,14 @@ alerted as a regression.
 
 Before the lifecycle, B opened a violation alert (known findings changed no decision), C only resolved it, and E,
 inside the finding's open range, merged into nothing new that said the finding was back.
+
+The target opted in to GitHub check runs: a local server speaking GitHub's API (refusing what GitHub would) gets
+B's check run, whose report marks its failures known and links the finding's page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -25,16 +28,29 @@ from service.models import Alert, AlertKind, AlertState, FindingState, KnownFind
 from tests.e2e.conftest import WRITE, WorkerProcess, app_settings, served, wait_for
 from tests.e2e.test_regression_lifecycle import commit_ids, settled
 from tests.support.github import REPO_URL, ZERO_SHA, post_webhook, push_payload
+from tests.support.http_fakes import FakeServer, fake_server
 from tests.support.toy_target import ADAPTER, CORRECT, SWAPPED_RESIDUAL, ToyRepo, git
 from tests.support.workers import REDIS_URL, WEBHOOK_SECRET
 
 # A worker start and six suite runs: about a minute.
 pytestmark = pytest.mark.slow
 
-TARGET = {"name": "mylib3", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER, "commit_policy": "head"}
+TARGET = {"name": "mylib3", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER, "commit_policy": "head", "github_checks": True}
+
+
+def check_runs(github: FakeServer, sha: str) -> list[dict[str, object]]:
+    return [r.body for r in list(github.requests) if r.path.endswith("/check-runs") and r.body["head_sha"] == sha]
+
+
+@pytest.fixture
+def github() -> Iterator[FakeServer]:
+    """GitHub's API on 127.0.0.1 (set up before the worker, so it outlives it)."""
+    with fake_server([(201, {})], check_github_checks=True) as server:
+        yield server
 
 
 def test_a_known_finding_fixed_and_then_back_is_a_regression(
+    github: FakeServer,
     database_url: str,
     factory: sessionmaker[Session],
     toy_repo: ToyRepo,
@@ -48,6 +64,8 @@ def test_a_known_finding_fixed_and_then_back_is_a_regression(
     harmless = toy_repo.commit(CORRECT.replace('"""Speculative sampling', '"""Speculative sampling, reworded:', 1), "Reword")
     again = toy_repo.commit(SWAPPED_RESIDUAL, "Simplify the residual, again")
     monkeypatch.setenv("SPECWATCH_SLACK_WEBHOOK_URL", "http://127.0.0.1:9/never-called")  # the outbox rows are checked
+    monkeypatch.setenv("SPECWATCH_GITHUB_TOKEN", "ghs_e2e-installation-token")
+    monkeypatch.setenv("SPECWATCH_GITHUB_API_URL", github.url)
     worker = start_service_worker("gpu-1")
 
     def push(before: str, after: str, runs_at_least: int) -> None:
@@ -63,6 +81,16 @@ def test_a_known_finding_fixed_and_then_back_is_a_regression(
         assert answer.status_code == 201, answer.text
         push(ZERO_SHA, good, 1)
         push(good, bad, 2)  # known: no confirmation run, no alert
+        wait_for(lambda: bool(check_runs(github, bad)), timeout=120, what="B's check run", logs=worker.output)
+        (check,) = check_runs(github, bad)
+        output = check["output"]
+        assert (check["conclusion"], check["name"]) == ("failure", "specwatch/smoke")
+        assert isinstance(output, dict)
+        assert "of them known finding" in output["title"]
+        page = "/ui/targets/mylib3/findings#finding-swapped-residual"
+        assert "known: [The residual is swapped](" in output["text"]
+        assert page in output["text"]
+        assert f"specwatch check --target {ADAPTER} --source checkout --seed" in output["text"]
         with factory() as session:
             assert session.scalars(select(Alert)).all() == []
             assert session.scalars(select(Run.status).where(Run.commit.has(sha=bad))).all() == ["failed"]
