@@ -64,6 +64,7 @@ STATUSES = {
     "pending": ("pending", "run queued"),
     "success": ("success", "run passed"),
     "failure": ("failure", "run failed (a distribution test rejected)"),
+    "known": ("failure", "run failed on known findings only (nothing new)"),
     "error": ("error", "run could not test this commit"),
     "uninstallable": ("error", "could not install this commit (not a test result)"),
     "confirming": ("pending", "run failed; confirming with fresh seeds before alerting"),

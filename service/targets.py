@@ -72,6 +72,8 @@ class TargetSpec:
     install_mode: InstallMode
     poll_interval_s: int | None
     commit_policy: CommitPolicy
+    # Besides the commit status, a GitHub check run with the run's report (opt-in).
+    github_checks: bool = False
 
 
 def validate_name(name: str) -> str:
@@ -276,6 +278,7 @@ def make_spec(
     poll: str | int | None = None,
     commit_policy: str | CommitPolicy = CommitPolicy.head,
     repo_policy: RepoPolicy | None = None,
+    github_checks: bool = False,
 ) -> TargetSpec:
     """Validate user input (CLI or API) into a :class:`TargetSpec`; raises :class:`TargetError`. The repository
     must be one ``repo_policy`` allows (default: the strict :class:`RepoPolicy`); a local one must exist and be a
@@ -294,6 +297,7 @@ def make_spec(
         install_mode=parse_install_mode(install_mode),
         poll_interval_s=poll_interval_s,
         commit_policy=parse_commit_policy(commit_policy),
+        github_checks=github_checks,
     )
     check_local_repository(spec.repo_url)
     return spec
@@ -325,6 +329,7 @@ def add_target(session: Session, spec: TargetSpec) -> Target:
         install_mode=spec.install_mode,
         poll_interval_s=spec.poll_interval_s,
         commit_policy=spec.commit_policy,
+        github_checks=spec.github_checks,
     )
     session.add(target)
     session.flush()
@@ -348,6 +353,16 @@ class Removed:
     name: str
     commits: int
     runs: int
+
+
+def update_target(session: Session, name: str, *, github_checks: bool | None = None) -> Target:
+    """Change what a target's options say (None: unchanged); flushed, not committed. Its repository, branches
+    and adapter are its identity: to change those, remove it and add it again."""
+    target = get_target(session, name)
+    if github_checks is not None:
+        target.github_checks = github_checks
+    session.flush()
+    return target
 
 
 def remove_target(session: Session, name: str) -> Removed:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, metadata
-from typing import Any
+from typing import Any, Protocol
 
-from specwatch.findings import Finding
 from specwatch.protocol import CaseResult, RunResult, Verdict
 
 _ENVIRONMENT_KEYS = (
@@ -29,6 +28,17 @@ _ENVIRONMENT_KEYS = (
     "scipy",
     "platform",
 )
+
+
+class KnownFinding(Protocol):
+    """What the report shows of a known finding (a :class:`~specwatch.findings.Finding`, or a server's link to one)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def link(self) -> str: ...
 
 
 def _evidence(result: CaseResult) -> str:
@@ -59,14 +69,15 @@ def finding_url(link: str) -> str | None:
     return f"{source.rstrip('/')}/blob/main/{link}" if source else None
 
 
-def _known(result: CaseResult, known: Mapping[str, Finding]) -> str:
+def _known(result: CaseResult, known: Mapping[str, KnownFinding], url_of: Callable[[KnownFinding], str | None]) -> str:
     finding = known.get(result.case_id)
     if finding is None:
         return "new"
     title = _cell(finding.title)
-    url = finding_url(finding.link)
-    if url is not None:
-        return f"known: [{title}]({url})"
+    url = url_of(finding)
+    if url is not None:  # brackets in a title would end the link's text early
+        label = _cell(finding.title.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]"))
+        return f"known: [{label}]({url})"
     section = finding.link.partition("#")[2] or finding.link
     return f"known: {title} (specwatch's docs/findings.md, section `{_cell(section)}`)"
 
@@ -75,8 +86,20 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_report(run: RunResult, known: Mapping[str, Finding], command: list[str]) -> str:
-    """The report of ``run`` (``known``: the failures a finding explains, by case id) reproduced by ``command``."""
+def _shipped_url(finding: KnownFinding) -> str | None:
+    return finding_url(finding.link)
+
+
+def markdown_report(
+    run: RunResult,
+    known: Mapping[str, KnownFinding],
+    command: list[str],
+    *,
+    url_of: Callable[[KnownFinding], str | None] = _shipped_url,
+) -> str:
+    """The report of ``run`` (``known``: the failures a finding explains, by case id) reproduced by ``command``;
+    ``url_of`` gives a finding's absolute address (default: :func:`finding_url` of its link; the server passes its
+    dashboard's page of the finding)."""
     results = run.results
     failed = [r for r in results if r.verdict == Verdict.FAIL]
     errored = [r for r in results if r.verdict == Verdict.ERROR]
@@ -113,7 +136,7 @@ def markdown_report(run: RunResult, known: Mapping[str, Finding], command: list[
             reason = r.reason.splitlines()[0] if r.reason else ""
             lines.append(
                 f"| `{r.case_id}` | {layer} | {r.n_trials:,} | {_evidence(r)} | {_tv(r)} "
-                f"| {_cell(reason)} | {_known(r, known) if r.verdict == Verdict.FAIL else '-'} |"
+                f"| {_cell(reason)} | {_known(r, known, url_of) if r.verdict == Verdict.FAIL else '-'} |"
             )
     lines += ["", "### Reproduce", "", "```", shlex.join(command), "```", ""]
     return "\n".join(lines)

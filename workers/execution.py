@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import logging
 import os
 import re
@@ -334,6 +335,14 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else "(no output on stderr)"
 
 
+def _header(result: RunResult | None, command: SuiteCommand) -> dict[str, Any] | None:
+    """What the run keeps of the suite's result besides its cases (``runs.result_header``), as JSON values."""
+    if result is None:
+        return None
+    header = {key: value for key, value in result.to_dict().items() if key != "results"}
+    return {"run": json.loads(json.dumps(header)), "suite_args": list(command.suite_args)}
+
+
 def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: str | None, profile: str) -> RunOutcome:
     """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error.
 
@@ -355,6 +364,7 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         "python_version": result.environment.get("python") if result is not None else None,
         "seed": command.seed,
         "cases": result.results if result is not None else (),
+        "result_header": _header(result, command),
     }
     if outcome.timed_out or outcome.limit is not None:
         error = (

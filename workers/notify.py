@@ -23,26 +23,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-import httpx
-from slack_sdk.webhook import WebhookClient
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.alert_text import cut, drift_text, mrkdwn
+from service.check_runs import queue_check_run
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
 from service.models.entries import AlertEntry, alert_entries
-from service.queries import FindingLink, alert_findings
+from service.queries import FindingLink, alert_findings, alert_regressions
 from service.releases import release_version
 from specwatch.findings import is_web_link
+from workers.senders import SENDERS, Channels, Sent, send_github, send_github_check, send_slack
 
 log = logging.getLogger(__name__)
-# slack_sdk logs the webhook URL at DEBUG: its logger never goes below WARNING.
-_slack_log = logging.getLogger("specwatch.slack")
-_slack_log.setLevel(logging.WARNING)
+
+__all__ = ["SENDERS", "Channels", "NotifyConfig", "Sent", "deliver_due", "queue_alert_message", "queue_commit_status"]
+__all__ += ["send_github", "send_github_check", "send_slack", "slack_message"]
 
 # Block Kit limits (https://api.slack.com/reference/block-kit/blocks).
 MAX_BLOCKS = 50
@@ -60,30 +60,6 @@ class NotifyConfig:
     dashboard_url: str = "http://127.0.0.1:8000"
 
 
-@dataclass(frozen=True)
-class Channels:
-    """What sending needs: the secrets and the limits."""
-
-    slack_webhook_url: str | None
-    github_token: str | None
-    github_api_url: str = "https://api.github.com"
-    timeout_s: float = 10
-    backoff_s: float = 30
-    backoff_max_s: float = 3600
-    max_attempts: int = 25
-
-    def scrub(self, text: str) -> str:
-        """Remove the secrets, and the Slack URL's path on its own (the path is the secret part and an
-        error body may echo it without the host)."""
-        secrets = [self.slack_webhook_url, self.github_token]
-        if self.slack_webhook_url:
-            path = urlsplit(self.slack_webhook_url).path
-            secrets += [path, path.lstrip("/")] if len(path.strip("/")) >= 8 else []
-        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-            text = text.replace(secret, "[secret]")
-        return text
-
-
 # ----------------------------------------------------------------------------------------------- Slack
 def _fmt(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, int | float) else "—"
@@ -97,6 +73,19 @@ def _known_text(finding: FindingLink, findings_url: str) -> str:
     own = f"<{link}>" if is_web_link(finding.link) and not set("| ") & set(finding.link) else f"`{link}`"
     # Slack's control characters in text: a title must not open or close a link.
     return f"known finding: <{findings_url}#finding-{quote(finding.key, safe='')}|{mrkdwn(finding.title)}> ({own})"
+
+
+def _finding_note(
+    case_id: str, findings: Mapping[str, FindingLink], regressions: Mapping[str, FindingLink], findings_url: str
+) -> str | None:
+    """What a case's line adds: the known finding that explains it, or the fixed one it brings back."""
+    if case_id in findings:
+        return _known_text(findings[case_id], findings_url)
+    if case_id in regressions:
+        fixed = regressions[case_id]
+        where = f", fixed in {mrkdwn(fixed.fixed_in, 200)}" if fixed.fixed_in else ""
+        return f"regression of a fixed {_known_text(fixed, findings_url)}{where}"
+    return None
 
 
 def _md(text: str) -> dict[str, Any]:
@@ -156,11 +145,19 @@ def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mapping[str, FindingLink] | None = None) -> dict[str, Any]:
+def slack_message(
+    alert: Alert,
+    event: str,
+    dashboard_url: str,
+    findings: Mapping[str, FindingLink] | None = None,
+    regressions: Mapping[str, FindingLink] | None = None,
+) -> dict[str, Any]:
     """The Block Kit message (and its text fallback) of an alert being opened or resolved; ``findings`` (by case
-    id) are the known findings that explain some of its cases, each linked beside its case."""
+    id) are the known findings that explain some of its cases, each linked beside its case; ``regressions`` the
+    fixed findings that some of its cases bring back (the header then says "Regression of a fixed known finding")."""
     target, commit = alert.target, alert.first_bad_commit
     findings = findings or {}
+    regressions = regressions or {}
     findings_url = f"{dashboard_url.rstrip('/')}/ui/targets/{target.name}/findings"
     kind = {
         AlertKind.violation: "Losslessness violation",
@@ -172,6 +169,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     }[alert.kind]
     verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
     # plain_text: Slack parses nothing in it, so it is only cut.
+    if regressions:
+        kind = f"Regression of a fixed known finding ({kind.lower()})"
     header = cut(f"{verb + ': ' if verb else ''}{kind} in {target.name}", MAX_HEADER_TEXT)
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
@@ -213,10 +212,7 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
             again = f"It had been resolved; it fails again (reopened {times})."
             blocks.append({"type": "section", "text": _md(again)})
         # Header, target, commit, confirmation and dashboard blocks take 5 of the 50 (a reopening note one more).
-        lines = [
-            _case_line(e, _known_text(findings[e["case_id"]], findings_url) if e["case_id"] in findings else None)
-            for e in alert_entries(alert.cases)
-        ]
+        lines = [_case_line(e, _finding_note(e["case_id"], findings, regressions, findings_url)) for e in alert_entries(alert.cases)]
         blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})
     blocks.append({"type": "section", "text": _md(f"<{dashboard}|Open on the dashboard>")})
@@ -241,7 +237,7 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,
-        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert)),
+        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert), alert_regressions(session, alert)),
         status=NotificationStatus.pending,
     )
     return add_notification(session, row)
@@ -250,77 +246,15 @@ def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, ev
 # ---------------------------------------------------------------------------------------------- GitHub
 def queue_commit_status(session: Session, config: NotifyConfig, run: Run, status: str) -> int:
     """An outbox row for the GitHub commit status ``status`` (see :data:`service.commit_status.STATUSES`) of
-    primary run ``run``; 0 if not applicable."""
+    primary run ``run``, and one for its check run when the target opted in (:mod:`service.check_runs`); the
+    number of rows written (0 if not applicable)."""
     if not config.github:
         return 0
-    return queue_status(session, run, run.commit, status, config.dashboard_url)
+    written = queue_status(session, run, run.commit, status, config.dashboard_url)
+    return written + queue_check_run(session, run, run.commit, status, config.dashboard_url)
 
 
 # ---------------------------------------------------------------------------------------------- sending
-@dataclass(frozen=True)
-class Sent:
-    ok: bool
-    retry_after_s: float | None = None  # a 429
-    retryable: bool = True  # a 5xx or a network error (False: a 4xx that retrying cannot fix)
-    error: str | None = None
-
-
-def _retry_after(headers: Any) -> float:
-    for name in ("Retry-After", "retry-after"):
-        value = headers.get(name) if headers is not None else None
-        if value is not None:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                break
-    return 1.0
-
-
-def send_slack(payload: dict[str, Any], channels: Channels) -> Sent:
-    if not channels.slack_webhook_url:
-        return Sent(False, retryable=False, error="Slack is not configured (SPECWATCH_SLACK_WEBHOOK_URL)")
-    client = WebhookClient(channels.slack_webhook_url, timeout=max(1, int(channels.timeout_s)), logger=_slack_log, retry_handlers=[])
-    try:
-        response = client.send(text=payload.get("text"), blocks=payload.get("blocks"))
-    except OSError as exc:  # urllib's URLError, timeouts, refused connections
-        return Sent(False, error=channels.scrub(f"{type(exc).__name__}: {exc}"))
-    if 200 <= response.status_code < 300:
-        return Sent(True)
-    error = channels.scrub(f"HTTP {response.status_code}: {str(response.body)[:300]}")
-    if response.status_code == 429:
-        return Sent(False, retry_after_s=_retry_after(response.headers), error=error)
-    return Sent(False, retryable=response.status_code >= 500, error=error)
-
-
-def send_github(payload: dict[str, Any], channels: Channels) -> Sent:
-    if not channels.github_token:
-        return Sent(False, retryable=False, error="GitHub is not configured (SPECWATCH_GITHUB_TOKEN)")
-    url = f"{channels.github_api_url.rstrip('/')}/repos/{payload['repo']}/statuses/{payload['sha']}"
-    body = {key: payload[key] for key in ("state", "target_url", "description", "context")}
-    headers = {
-        "Authorization": f"Bearer {channels.github_token}",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28",
-    }
-    try:
-        response = httpx.post(url, json=body, headers=headers, timeout=channels.timeout_s)
-    except httpx.HTTPError as exc:
-        return Sent(False, error=channels.scrub(f"{type(exc).__name__}: {exc}"))
-    if response.is_success:
-        return Sent(True)
-    error = channels.scrub(f"HTTP {response.status_code}: {response.text[:300]}")
-    limited = response.status_code == 429 or (response.status_code == 403 and "retry-after" in response.headers)
-    if limited:
-        return Sent(False, retry_after_s=_retry_after(response.headers), error=error)
-    return Sent(False, retryable=response.status_code >= 500, error=error)
-
-
-SENDERS: dict[NotificationChannel, Callable[[dict[str, Any], Channels], Sent]] = {
-    NotificationChannel.slack: send_slack,
-    NotificationChannel.github: send_github,
-}
-
-
 @dataclass(frozen=True)
 class DeliveryReport:
     sent: list[int]
@@ -344,12 +278,10 @@ def _due(now: datetime) -> ColumnElement[bool]:
 
 
 def _superseded(session: Session, row: Notification) -> bool:
-    """A commit status with a newer one for the same run (GitHub keeps the last one posted)."""
-    if row.channel is not NotificationChannel.github or row.run_id is None:
+    """A commit status (or check run) with a newer one for the same run (GitHub shows the last one posted)."""
+    if row.channel not in (NotificationChannel.github, NotificationChannel.github_check) or row.run_id is None:
         return False
-    newer = select(Notification.id).where(
-        Notification.channel == NotificationChannel.github, Notification.run_id == row.run_id, Notification.id > row.id
-    )
+    newer = select(Notification.id).where(Notification.channel == row.channel, Notification.run_id == row.run_id, Notification.id > row.id)
     return session.scalars(newer.limit(1)).first() is not None
 
 

@@ -21,6 +21,7 @@ import logging
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
@@ -160,6 +161,9 @@ class RunOutcome:
     python_version: str | None = None
     seed: int | None = None
     cases: tuple[suite.CaseResult, ...] = ()
+    # The suite's run result less its cases, and the suite's arguments ({"run": ..., "suite_args": [...]}): what
+    # rebuilds the run's report with the case rows (service.check_runs).
+    result_header: dict[str, Any] | None = None
     # The target's repository could not be used (see :class:`workers.checkout.CheckoutError`): not the commit's fault.
     configuration_error: bool = False
 
@@ -180,6 +184,7 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
     run.torch_version = outcome.torch_version
     run.python_version = outcome.python_version
     run.seed = outcome.seed
+    run.result_header = outcome.result_header
     session.add_all(case_result_row(run_id, case) for case in outcome.cases)
     session.flush()
     return True

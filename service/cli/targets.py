@@ -1,4 +1,4 @@
-"""``specwatch targets add|list|remove``: manage the watched targets from the command line.
+"""``specwatch targets add|update|list|remove``: manage the watched targets from the command line.
 
 Each command is one unit of work on the database of ``SPECWATCH_DATABASE_URL``. Bad input (an invalid
 name, URL, branch, adapter, install mode, policy or interval; a duplicate or missing target) is one line on
@@ -16,7 +16,7 @@ from rich.table import Table
 from service.cli.database import unit_of_work
 from service.models import CommitPolicy, InstallMode, Target
 from service.settings import get_settings
-from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
+from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target, update_target
 from specwatch.cli.output import console, fail, out, print_json
 from specwatch.findings import shipped_findings
 from specwatch.protocol import ExitStatus
@@ -24,6 +24,8 @@ from specwatch.protocol import ExitStatus
 targets_app = typer.Typer(help="Manage the watched target libraries.", no_args_is_help=True)
 
 T = TypeVar("T")
+
+_CHECKS_HELP = "besides the commit status, post a GitHub check run with the run's report (failing cases, known findings, reproduce)"
 
 
 def _validated(build: Callable[[], T]) -> T:
@@ -44,6 +46,7 @@ def add(
     install: Annotated[InstallMode, typer.Option("--install", help="source: the commit's tree; pip: released versions")],
     poll: Annotated[str | None, typer.Option(help="poll the branches every DURATION (e.g. 5m); default: webhooks only")] = None,
     policy: Annotated[CommitPolicy, typer.Option(help="head: a run per push/poll head; every: a run per new commit")] = CommitPolicy.head,
+    github_checks: Annotated[bool, typer.Option("--github-checks", help=_CHECKS_HELP)] = False,
 ) -> None:
     """Watch a new target library."""
     spec = _validated(
@@ -56,6 +59,7 @@ def add(
             poll=poll,
             commit_policy=policy,
             repo_policy=RepoPolicy.from_settings(get_settings()),
+            github_checks=github_checks,
         )
     )
     with unit_of_work(ctx) as session:
@@ -67,6 +71,21 @@ def add(
     console.print(f"added target [bold]{spec.name}[/] ({spec.repo_url}, {branches}{polled}){findings}", highlight=False, soft_wrap=True)
 
 
+@targets_app.command("update")
+def update(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the target's name")],
+    github_checks: Annotated[bool | None, typer.Option("--github-checks/--no-github-checks", help=_CHECKS_HELP)] = None,
+) -> None:
+    """Change a target's options (its repository, branches and adapter stay: remove and add it to change those)."""
+    if github_checks is None:
+        fail("nothing to change: say --github-checks or --no-github-checks", ExitStatus.USAGE)
+    with unit_of_work(ctx) as session:
+        target = update_target(session, name, github_checks=github_checks)
+        checks = "on" if target.github_checks else "off"
+    console.print(f"updated target [bold]{name}[/]: GitHub check runs {checks}", highlight=False, soft_wrap=True)
+
+
 def _as_dict(target: Target) -> dict[str, Any]:
     return {
         "name": target.name,
@@ -76,6 +95,7 @@ def _as_dict(target: Target) -> dict[str, Any]:
         "install_mode": target.install_mode.value,
         "poll_interval_s": target.poll_interval_s,
         "commit_policy": target.commit_policy.value,
+        "github_checks": target.github_checks,
     }
 
 

@@ -31,7 +31,8 @@ class AlertState(enum.StrEnum):
 
 class NotificationChannel(enum.StrEnum):
     slack = "slack"
-    github = "github"
+    github = "github"  # a commit status
+    github_check = "github_check"  # a check run (targets with ``github_checks``): the run's report
 
 
 class NotificationStatus(enum.StrEnum):

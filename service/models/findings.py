@@ -39,5 +39,11 @@ class KnownFinding(Base):
     state: Mapped[FindingState] = mapped_column(enum_column(FindingState, "finding_state"), default=FindingState.open)
     # Where upstream fixed it (a version, a commit, a pull request); only for a fixed finding.
     fixed_in: Mapped[str | None] = mapped_column(String(200))
+    # Seen fixed by the monitor: the commit whose run passed the cases it had explained failing on the previous
+    # tested run. It no longer applies at or after that commit on the commit's branch (or among the releases):
+    # a failure there is a regression of it. Cleared when the finding is set open again.
+    fixed_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id", ondelete="SET NULL"))
+    # The latest primary run with a failure it explained (shown on the findings page).
+    last_failed_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

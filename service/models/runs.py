@@ -89,6 +89,9 @@ class Run(Base):
     # Set once workers.analyse_run decided about the run (idempotency), with what it decided.
     analysed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     analysis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The suite's run result without its cases (versions, alpha, tests, seed, environment), as it wrote it:
+    # with the case rows, what rebuilds the run's report (the GitHub check run). None: not recorded.
+    result_header: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     commit: Mapped[Commit] = relationship(back_populates="runs")
     case_results: Mapped[list[CaseResult]] = relationship(back_populates="run", passive_deletes=True)

@@ -6,7 +6,7 @@ import enum
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint, func
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, func
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.models.base import Base, UTCDateTime, enum_column
@@ -49,6 +49,9 @@ class Target(Base):
     # None: not polled (webhook only); a pip-installed target's releases are then polled at the pollers' default.
     poll_interval_s: Mapped[int | None] = mapped_column(Integer)
     commit_policy: Mapped[CommitPolicy] = mapped_column(enum_column(CommitPolicy, "commit_policy"), default=CommitPolicy.head)
+    # Opt-in: besides the commit status, a GitHub check run carrying the run's report (failing cases, known
+    # findings, the command that reproduces it).
+    github_checks: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, server_default=func.now())
 
     commits: Mapped[list[Commit]] = relationship(back_populates="target", passive_deletes=True)

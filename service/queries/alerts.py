@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from service.models import Alert, AlertKind, AlertState, Commit, Target
 from service.models.entries import AlertEntry, alert_entries
 from service.queries.common import MAX_PAGE, NotFoundError, QueryError, get_target
-from service.queries.findings import FindingLink, FindingMatcher, alert_findings, finding_matcher
+from service.queries.findings import FindingLink, FindingMatcher, alert_findings, alert_regressions, finding_matcher
 
 
 class AlertStateError(QueryError):
@@ -41,6 +41,8 @@ class AlertRow:
     resolved_at: datetime | None
     # The known findings that explain some of its cases, by case id (service.queries.findings).
     findings: dict[str, FindingLink] = field(default_factory=dict)
+    # The fixed known findings that some of its cases bring back (a regression of each), by case id.
+    regressions: dict[str, FindingLink] = field(default_factory=dict)
 
 
 def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
@@ -74,6 +76,7 @@ def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
                 acknowledged_at=alert.acknowledged_at,
                 resolved_at=alert.resolved_at,
                 findings=alert_findings(session, alert, matchers[alert.target_id]),
+                regressions=alert_regressions(session, alert, matchers[alert.target_id]),
             )
         )
     return rows

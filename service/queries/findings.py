@@ -36,6 +36,9 @@ class FindingRow:
     fixed_in: str | None
     created_at: datetime | None
     updated_at: datetime | None
+    # Seen by the monitor: the commit at which it stopped failing, and the latest run with a failure it explained.
+    fixed_commit: str | None = None
+    last_failed_run_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class FindingLink:
     title: str
     link: str
     state: FindingState
+    fixed_in: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,10 @@ def _finding(row: KnownFinding) -> Finding:
     )
 
 
-def _row(target: str, row: KnownFinding) -> FindingRow:
+def _row(target: str, row: KnownFinding, session: Session | None = None) -> FindingRow:
+    fixed_commit = None
+    if session is not None and row.fixed_commit_id is not None:
+        fixed_commit = session.scalar(select(Commit.sha).where(Commit.id == row.fixed_commit_id))
     return FindingRow(
         target=target,
         key=row.key,
@@ -85,6 +92,8 @@ def _row(target: str, row: KnownFinding) -> FindingRow:
         fixed_in=row.fixed_in,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        fixed_commit=fixed_commit,
+        last_failed_run_id=row.last_failed_run_id,
     )
 
 
@@ -104,12 +113,12 @@ def list_findings(session: Session, target_name: str) -> list[FindingRow]:
     """A target's known findings, by key."""
     target = get_target(session, target_name)
     rows = session.scalars(select(KnownFinding).where(KnownFinding.target_id == target.id).order_by(KnownFinding.key))
-    return [_row(target.name, row) for row in rows]
+    return [_row(target.name, row, session) for row in rows]
 
 
 def get_finding(session: Session, target_name: str, key: str) -> FindingRow:
     target = get_target(session, target_name)
-    return _row(target.name, _stored(session, target, key))
+    return _row(target.name, _stored(session, target, key), session)
 
 
 def _insert(session: Session, target: Target, finding: Finding) -> KnownFinding:
@@ -135,9 +144,11 @@ def edit_finding(session: Session, target_name: str, key: str, changes: dict[str
     target = get_target(session, target_name)
     row = _stored(session, target, key)
     _assign(row, edited(_finding(row), changes))
+    if row.state is FindingState.open:  # set open again: the fix the monitor saw no longer stands
+        row.fixed_commit_id = None
     row.updated_at = now
     session.flush()
-    return _row(target.name, row)
+    return _row(target.name, row, session)
 
 
 def remove_finding(session: Session, target_name: str, key: str) -> None:
@@ -172,13 +183,44 @@ def commit_version(sha: str, library_version: str | None) -> str | None:
 class FindingMatcher:
     """A target's findings, ready to name the known failures of its commits (one per reader request)."""
 
-    def __init__(self, findings: Sequence[Finding], ranges: dict[str, tuple[str | None, int, int | None]]) -> None:
+    def __init__(
+        self,
+        findings: Sequence[Finding],
+        ranges: dict[str, tuple[str | None, int, int | None]],
+        fixed_at: dict[str, tuple[str | None, int]] | None = None,
+    ) -> None:
         self._findings = tuple(findings)
         # key -> (branch, first affected order, last affected order or None): commit ranges resolved.
         self._ranges = ranges
+        # key -> (branch, order) of the commit at which the monitor saw the finding stop failing.
+        self._fixed_at = fixed_at or {}
 
     def __bool__(self) -> bool:
         return bool(self._findings)
+
+    def _seen_fixed(self, key: str, branch: str | None, branch_order: int | None) -> bool:
+        """Whether the monitor saw finding ``key`` fixed at or before this commit of ``branch`` (None: the releases)."""
+        fixed = self._fixed_at.get(key)
+        return fixed is not None and branch_order is not None and fixed[0] == branch and fixed[1] <= branch_order
+
+    def regression(
+        self,
+        case_id: str,
+        *,
+        version: str | None,
+        distribution: str | None,
+        branch: str | None = None,
+        branch_order: int | None = None,
+    ) -> FindingLink | None:
+        """The fixed finding that a failure of ``case_id`` here brings back: one that covers the case (and the
+        distribution), is fixed, and no longer applies here (after the commit it was seen fixed at, or outside its
+        versions and commits); None when a finding explains the failure or none covers it."""
+        if self.match(case_id, version=version, distribution=distribution, branch=branch, branch_order=branch_order) is not None:
+            return None
+        for finding in self._findings:
+            if finding.state is FindingState.fixed and finding.covers_case(case_id) and finding.covers_distribution(distribution):
+                return _link(finding)
+        return None
 
     def match(
         self,
@@ -193,8 +235,9 @@ class FindingMatcher:
             key: branch == first_branch and branch_order is not None and start <= branch_order and (end is None or branch_order <= end)
             for key, (first_branch, start, end) in self._ranges.items()
         }
-        found = first_match(self._findings, case_id, version=version, distribution=distribution, in_range=in_range)
-        return None if found is None else FindingLink(key=found.key, title=found.title, link=found.link, state=found.state)
+        applying = [f for f in self._findings if not self._seen_fixed(f.key, branch, branch_order)]
+        found = first_match(applying, case_id, version=version, distribution=distribution, in_range=in_range)
+        return None if found is None else _link(found)
 
     def match_all(
         self,
@@ -211,6 +254,10 @@ class FindingMatcher:
             for case_id in case_ids
         }
         return {case_id: link for case_id, link in found.items() if link is not None}
+
+
+def _link(finding: Finding) -> FindingLink:
+    return FindingLink(key=finding.key, title=finding.title, link=finding.link, state=finding.state, fixed_in=finding.fixed_in)
 
 
 def _position(session: Session, target_id: int, sha: str) -> tuple[str | None, int | None] | None:
@@ -232,23 +279,40 @@ def finding_matcher(session: Session, target_id: int) -> FindingMatcher:
         if start is None or start[1] is None or (row.commit_to and (end is None or end[0] != start[0])):
             continue
         ranges[row.key] = (start[0], start[1], end[1] if end else None)
-    return FindingMatcher([_finding(row) for row in rows], ranges)
+    fixed_at: dict[str, tuple[str | None, int]] = {}
+    for row in rows:
+        fixed = session.get(Commit, row.fixed_commit_id) if row.fixed_commit_id is not None else None
+        if fixed is not None and fixed.branch_order is not None:
+            fixed_at[row.key] = (fixed.branch, fixed.branch_order)
+    return FindingMatcher([_finding(row) for row in rows], ranges, fixed_at)
 
 
 def alert_findings(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:
     """The known findings that explain an alert's cases, by case id: matched at its first bad commit, with the
     library version (a release's own version) and distribution its detecting run recorded."""
+    return _alert_links(session, alert, matcher, regressions=False)
+
+
+def alert_regressions(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:
+    """The fixed findings an alert's cases bring back, by case id (:meth:`FindingMatcher.regression`)."""
+    return _alert_links(session, alert, matcher, regressions=True)
+
+
+def _alert_links(session: Session, alert: Alert, matcher: FindingMatcher | None, *, regressions: bool) -> dict[str, FindingLink]:
     matcher = matcher if matcher is not None else finding_matcher(session, alert.target_id)
     if not matcher:
         return {}
     commit = session.get_one(Commit, alert.first_bad_commit_id)
     recorded = session.execute(select(Run.library_version, Run.library_distribution).where(Run.id == alert.detected_run_id)).first()
     library_version, distribution = recorded if recorded is not None else (None, None)
+    where: dict[str, Any] = {
+        "version": commit_version(commit.sha, library_version),
+        "distribution": distribution,
+        "branch": commit.branch,
+        "branch_order": commit.branch_order,
+    }
     case_ids = [str(entry["case_id"]) for entry in alert.cases or () if entry.get("case_id")]
-    return matcher.match_all(
-        case_ids,
-        version=commit_version(commit.sha, library_version),
-        distribution=distribution,
-        branch=commit.branch,
-        branch_order=commit.branch_order,
-    )
+    if not regressions:
+        return matcher.match_all(case_ids, **where)
+    found = {case_id: matcher.regression(case_id, **where) for case_id in case_ids}
+    return {case_id: link for case_id, link in found.items() if link is not None}

@@ -1,4 +1,4 @@
-"""The REST API: targets (``GET /targets``, ``POST /targets``, ``DELETE /targets/{name}``).
+"""The REST API: targets (``GET /targets``, ``POST /targets``, ``PATCH /targets/{name}``, ``DELETE /targets/{name}``).
 
 Writes need a write token (:mod:`service.auth`); reads need one only when read auth is on.
 
@@ -26,6 +26,7 @@ from service.targets import (
     list_targets,
     make_spec,
     remove_target,
+    update_target,
 )
 
 router = APIRouter(tags=["targets"])
@@ -43,6 +44,16 @@ class TargetIn(BaseModel):
     install_mode: InstallMode = InstallMode.source
     poll: str | None = None
     commit_policy: CommitPolicy = CommitPolicy.head
+    # Besides the commit status, a GitHub check run with the run's report (opt-in).
+    github_checks: bool = False
+
+
+class TargetChange(BaseModel):
+    """What ``PATCH /targets/{name}`` may change (absent: unchanged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    github_checks: bool | None = None
 
 
 class TargetOut(BaseModel):
@@ -55,6 +66,7 @@ class TargetOut(BaseModel):
     install_mode: InstallMode
     poll_interval_s: int | None
     commit_policy: CommitPolicy
+    github_checks: bool = False
     created_at: datetime | None
     # The target's health (service.queries.health): the cause of its open configuration alert (None: none), its
     # pollers' last poll and their errors.
@@ -109,6 +121,7 @@ def post_target(body: TargetIn, session: SessionDep, settings: SettingsDep) -> T
             poll=body.poll,
             commit_policy=body.commit_policy,
             repo_policy=RepoPolicy.from_settings(settings),
+            github_checks=body.github_checks,
         )
         target = add_target(session, spec)
     except TargetExistsError as exc:
@@ -116,6 +129,20 @@ def post_target(body: TargetIn, session: SessionDep, settings: SettingsDep) -> T
     except TargetError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
     session.refresh(target)
+    return _out(target)
+
+
+@router.patch(
+    "/targets/{name}",
+    dependencies=[WriteAuth],
+    responses={401: {"description": "no valid token"}, 403: {"description": "a read-only token"}, 404: {"description": "no such target"}},
+)
+def patch_target(name: str, body: TargetChange, session: SessionDep) -> TargetOut:
+    """Change a target's options (``github_checks``); its repository, branches and adapter stay."""
+    try:
+        target = update_target(session, name, github_checks=body.github_checks)
+    except TargetNotFoundError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
     return _out(target)
 
 

@@ -1,4 +1,4 @@
-"""Local HTTP servers on 127.0.0.1 standing in for Slack's incoming webhooks and GitHub's statuses API.
+"""Local HTTP servers on 127.0.0.1 standing in for Slack's incoming webhooks and GitHub's statuses and check-runs APIs.
 
 Each answers from a script of (status, headers) responses (the last one repeats) and records every request
 (path, headers, JSON body), so tests can check payloads and count deliveries.
@@ -62,9 +62,34 @@ def block_kit_problems(payload: dict[str, Any]) -> list[str]:
     return problems
 
 
+#: GitHub's check-run conclusions and the most characters of ``output.summary`` and ``output.text``
+#: (https://docs.github.com/en/rest/checks/runs#create-a-check-run).
+CHECK_CONCLUSIONS = {"action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"}
+CHECK_OUTPUT_MAX = 65535
+
+
+def check_run_problems(body: Any) -> list[str]:
+    """What GitHub would refuse (422) in a ``POST /repos/{owner}/{repo}/check-runs`` body (empty: none)."""
+    if not isinstance(body, dict):
+        return ["not an object"]
+    problems = [f"no {key}" for key in ("name", "head_sha") if not isinstance(body.get(key), str) or not body[key]]
+    if body.get("status") == "completed" and body.get("conclusion") not in CHECK_CONCLUSIONS:
+        problems.append(f"conclusion {body.get('conclusion')!r}")
+    output = body.get("output")
+    if output is not None:
+        if not isinstance(output.get("title"), str) or not isinstance(output.get("summary"), str):
+            problems.append("output needs a title and a summary")
+        long = [key for key in ("summary", "text") if len(output.get(key) or "") > CHECK_OUTPUT_MAX]
+        problems.extend(f"output.{key}: {len(output[key])} characters > {CHECK_OUTPUT_MAX}" for key in long)
+    return problems
+
+
 @contextmanager
-def fake_server(script: Sequence[tuple[int, dict[str, str]]], *, check_block_kit: bool = False) -> Iterator[FakeServer]:
-    """A server answering each POST from ``script``; with ``check_block_kit`` a payload over Slack's limits gets 400."""
+def fake_server(
+    script: Sequence[tuple[int, dict[str, str]]], *, check_block_kit: bool = False, check_github_checks: bool = False
+) -> Iterator[FakeServer]:
+    """A server answering each POST from ``script``; with ``check_block_kit`` a payload over Slack's limits gets 400,
+    with ``check_github_checks`` a check run GitHub would refuse gets 422."""
     fake = FakeServer(list(script))
     lock = threading.Lock()
 
@@ -77,6 +102,8 @@ def fake_server(script: Sequence[tuple[int, dict[str, str]]], *, check_block_kit
                 status, headers = fake.next_response()
                 if check_block_kit and block_kit_problems(body):
                     status, headers = 400, {}
+                if check_github_checks and self.path.endswith("/check-runs") and check_run_problems(body):
+                    status, headers = 422, {}
                 fake.requests.append(Recorded(self.path, dict(self.headers.items()), body, status))
             payload = b"ok" if status < 300 else b"invalid_blocks" if status == 400 else b"error"
             self.send_response(status)

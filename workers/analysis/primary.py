@@ -1,6 +1,7 @@
 """A primary run (a new commit's): triage, commit status, confirmation or alert, drift, resolution.
 
-1. Known failures are set aside (:func:`workers.analysis.triage.new_failures`).
+1. Known failures are set aside (:func:`workers.analysis.triage.new_failures`): cases an open alert names, and
+   failures a known finding explains (:mod:`workers.analysis.findings`: they page nobody).
 2. The commit status says "confirming" while a confirmation is pending, else the run's outcome.
 3. A run whose repository could not be used (``configuration_error``) opens the target's CONFIGURATION alert
    once (:mod:`workers.analysis.configuration`), never a per-commit one. A run in status ``error`` is a BROKEN
@@ -13,6 +14,8 @@
 5. A run that is not broken resolves the branch's alerts whose cases pass again; one that installed resolves
    the uninstallable alerts of its commit and the commits before it; one that got past its checkout resolves the
    target's configuration alert.
+6. Known findings: the latest run each explained a failure of, and the findings this run sees fixed (their cases
+   failed on the previous tested run and pass here: "fixed in <commit>").
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from workers.analysis.bisection import start_bisection
 from workers.analysis.configuration import target_configured, target_misconfigured
 from workers.analysis.context import Analysis, child_run
 from workers.analysis.drift import drifting_cases
+from workers.analysis.findings import explained_failures, record_findings
 from workers.analysis.resolution import resolve_installed, resolve_recovered
 from workers.analysis.state import RunAnalysis
 from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases, uninstallable_entry
@@ -39,6 +43,8 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
     kind = _triage(ctx, run, cases, analysis)
     commit = run.commit
     state = {RunStatus.passed: "success", RunStatus.failed: "failure", RunStatus.uninstallable: "uninstallable"}.get(run.status, "error")
+    if state == "failure" and kind is None and analysis.findings:  # nothing new: known findings only (and open alerts)
+        state = "known"
     confirming = kind is not None and kind not in _UNCONFIRMED and config.confirm_failures
     report.notifications += queue_commit_status(session, config.notify, run, "confirming" if confirming else state)
     analysis.unchanged_cases = unchanged_cases(session, run, cases)
@@ -66,13 +72,16 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
         else:  # the failing cases' search owns this run's bisection
             open_alert(ctx, run, AlertKind.performance, commit, drifting)
     _resolve(ctx, run, cases)
+    record_findings(ctx, run, cases, analysis)
 
 
 def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> AlertKind | None:
     """The kind the run calls for once known failures are set aside (recorded in ``analysis`` and the report)."""
     kind = analysis.kind
-    if kind in (AlertKind.violation, AlertKind.performance):
-        kind, analysis.failing, analysis.known_failing = new_failures(ctx.session, run, cases)
+    if kind in (AlertKind.violation, AlertKind.performance, AlertKind.exception):
+        analysis.findings = explained_failures(ctx.session, run, cases)
+        explained = {case_id for case_ids in analysis.findings.values() for case_id in case_ids}
+        kind, analysis.failing, analysis.known_failing = new_failures(ctx.session, run, cases, explained)
     if run.configuration_error:
         kind = AlertKind.configuration
     analysis.kind = kind

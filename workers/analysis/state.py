@@ -57,7 +57,10 @@ class RunAnalysis(BaseModel):
     """What the analysis decided about one run.
 
     ``kind``: the alert kind the run called for once known failures were set aside; ``failing`` its new failing
-    cases and ``known_failing`` those an open alert already names; ``unchanged_cases``: seeded outputs equal to the
+    cases and ``known_failing`` those already known (an open alert names them, or a known finding explains them);
+    ``findings``: the known findings that explain some of its failures (key: the cases); ``findings_fixed``: the
+    findings seen fixed at this run (they explained failures of the previous tested run, whose cases pass here);
+    ``unchanged_cases``: seeded outputs equal to the
     previous tested run's; ``confirmation_run_id``: the rerun queued to confirm it; ``drift``: passing cases whose
     acceptance drifted. For a confirmation run: ``confirmed``, the parent's cases it confirmed (False: it had no
     parent), and ``confirmed_kind``. ``bisection``: the search this run started, when it found the failure.
@@ -69,6 +72,8 @@ class RunAnalysis(BaseModel):
     kind: AlertKind | None = None
     failing: list[str] = []
     known_failing: list[str] = []
+    findings: dict[str, list[str]] = {}
+    findings_fixed: list[str] = []
     unchanged_cases: list[str] = []
     confirmation_run_id: int | None = None
     drift: list[str] = []

@@ -8,6 +8,7 @@ later regression.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Literal
 
 from sqlalchemy.orm import Session
@@ -72,11 +73,15 @@ def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
     return {(e["case_id"], e["reason"]) for alert in alerts for e in alert_entries(alert.cases)}
 
 
-def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tuple[AlertKind | None, list[str], list[str]]:
+def new_failures(
+    session: Session, run: Run, cases: dict[str, CaseResult], explained: Collection[str] = ()
+) -> tuple[AlertKind | None, list[str], list[str]]:
     """The run's kind and failing cases once the known failures are set aside, and the known ones.
 
-    A known case keeps failing until its alert resolves, and counting it again would make every later
-    regression's bisection land on the old first bad commit (merged quietly into the old alert). New lossless
+    Known: a case that an open alert of the branch names, or one in ``explained`` (a known finding explains its
+    failure here, :mod:`workers.analysis.findings`). A known case keeps failing until its alert resolves, and
+    counting it again would make every later regression's bisection land on the old first bad commit (merged
+    quietly into the old alert). New lossless
     failures make a VIOLATION; else new raised cases an EXCEPTION; else new conformance-only failures a
     PERFORMANCE regression.
     """
@@ -84,7 +89,11 @@ def new_failures(session: Session, run: Run, cases: dict[str, CaseResult]) -> tu
     failing = sorted((c for c in cases.values() if c.verdict is Verdict.FAIL), key=lambda c: c.case_id)
     # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
     # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
-    fresh = [c for c in failing if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known]
+    fresh = [
+        c
+        for c in failing
+        if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known and c.case_id not in explained
+    ]
     already = [c.case_id for c in failing if c not in fresh]
     lossy = [c.case_id for c in fresh if failure_reason(c) == LOSSLESS]
     if lossy:

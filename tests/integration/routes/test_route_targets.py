@@ -90,3 +90,14 @@ def test_removing_an_unknown_target_is_404(client: TestClient) -> None:
     answer = client.delete("/targets/nothing")
     assert answer.status_code == 404
     assert "no target named 'nothing'" in answer.json()["detail"]
+
+
+def test_check_runs_are_opt_in_and_patchable(client: TestClient) -> None:
+    created = client.post("/targets", json=TRANSFORMERS)
+    assert (created.status_code, created.json()["github_checks"]) == (201, False)
+    turned_on = client.patch("/targets/transformers", json={"github_checks": True})
+    assert (turned_on.status_code, turned_on.json()["github_checks"]) == (200, True)
+    assert [t["github_checks"] for t in client.get("/targets").json()] == [True]
+    assert client.patch("/targets/transformers", json={"repo_url": "https://github.com/x/y"}).status_code == 422
+    assert client.patch("/targets/nosuch", json={"github_checks": True}).status_code == 404
+    assert client.patch("/targets/transformers", json={"github_checks": False}, headers={"Authorization": ""}).status_code == 401

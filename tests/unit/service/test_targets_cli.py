@@ -69,6 +69,7 @@ def test_add_list_remove(factory: sessionmaker[Session]) -> None:
             "install_mode": "source",
             "poll_interval_s": 300,
             "commit_policy": "head",
+            "github_checks": False,
         }
     ]
     table = specwatch(factory, "targets", "list")

@@ -1,0 +1,68 @@
+"""The Slack message of a known finding that stopped failing ("fixed in <commit>"), as an outbox row.
+
+Written by :func:`workers.analysis.findings.record_findings` in the analysis's transaction and sent by
+``workers.deliver_notifications`` like every other row (:mod:`workers.notify`). Its texts (the finding's title and
+link, a user's input) are made literal (:func:`service.alert_text.mrkdwn`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.orm import Session
+
+from service.alert_text import cut, mrkdwn
+from service.commit_status import add_notification, commit_url
+from service.models import KnownFinding, Notification, NotificationChannel, NotificationStatus, Run
+from service.releases import release_version
+from workers.notify import MAX_FALLBACK_TEXT, MAX_HEADER_TEXT, NotifyConfig
+
+
+def _md(text: str) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def _commit_text(run: Run) -> str:
+    commit = run.commit
+    sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
+    link = commit_url(commit.target, commit)
+    return f"<{link}|`{sha}`>" if link else f"`{sha}`"
+
+
+def finding_fixed_message(finding: KnownFinding, run: Run, previous: Run, dashboard_url: str) -> dict[str, Any]:
+    """Block Kit: ``finding`` no longer fails at ``run``'s commit; ``previous``, the last tested run, still failed it."""
+    target = run.commit.target
+    base = dashboard_url.rstrip("/")
+    page = f"{base}/ui/targets/{quote(target.name, safe='')}/findings#finding-{quote(finding.key, safe='')}"
+    header = cut(f"Known finding fixed in {target.name}", MAX_HEADER_TEXT)
+    branch = run.commit.branch or "releases"
+    now_run, then_run = f"<{base}/ui/runs/{run.id}|{run.id}>", f"<{base}/ui/runs/{previous.id}|{previous.id}>"
+    what = (
+        f"*<{page}|{mrkdwn(finding.title)}>* stopped failing: its cases pass at {_commit_text(run)} on {mrkdwn(branch, 200)} "
+        f"(run {now_run}); they failed at {_commit_text(previous)} (run {then_run})."
+    )
+    then = "From this commit on a failure of its cases is alerted as a regression of the finding."
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
+        {"type": "section", "text": _md(what[:3000])},
+        {"type": "context", "elements": [_md(then)]},
+    ]
+    sha = run.commit.sha if release_version(run.commit.sha) else run.commit.sha[:12]
+    text = f"{mrkdwn(header)}: {mrkdwn(finding.title)} fixed in {sha}; {page}"[:MAX_FALLBACK_TEXT]
+    return {"text": text, "blocks": blocks}
+
+
+def queue_finding_fixed(session: Session, config: NotifyConfig, finding: KnownFinding, run: Run, previous: Run) -> int:
+    """An outbox row for Slack: ``finding`` seen fixed at ``run``'s commit; 0 when Slack is not configured."""
+    if not config.slack:
+        return 0
+    row = Notification(
+        dedup_key=f"finding:{finding.id}:fixed:{run.commit_id}:slack",
+        run_id=run.id,
+        channel=NotificationChannel.slack,
+        event="finding-fixed",
+        payload=finding_fixed_message(finding, run, previous, config.dashboard_url),
+        status=NotificationStatus.pending,
+    )
+    return add_notification(session, row)
