@@ -30,7 +30,7 @@ from slack_sdk.webhook import WebhookClient
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alert_text import cut, drift_text, mrkdwn
+from service.alert_text import cut, drift_text, evidence_text, mrkdwn
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
 from service.models import Alert, AlertKind, Notification, NotificationChannel, NotificationStatus, Run
@@ -119,13 +119,8 @@ def _case_line(entry: AlertEntry, known: str | None = None) -> str:
         return f"*configuration error*: {mrkdwn(entry['error'] or 'the repository cannot be used')}"
     if entry["reason"] == "raised":
         return f"• `{case_id}` (the sampler raised on a valid input): {mrkdwn(entry['error'] or '—')}"
-    e_value = (
-        "∞ (impossible observation)"
-        if entry.get("log_e_value") is None and entry["reason"] != "drift"
-        else _fmt(entry.get("e_value"), ".3g")
-    )
     line = (
-        f"• `{case_id}` ({reason}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
+        f"• `{case_id}` ({reason}): {evidence_text(entry)}, "
         f"TV estimate {_fmt(entry.get('tv_estimate'), '.4f')} (descriptive), acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
         f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
     )

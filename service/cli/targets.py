@@ -16,7 +16,17 @@ from rich.table import Table
 from service.cli.database import unit_of_work
 from service.models import CommitPolicy, InstallMode, Target
 from service.settings import get_settings
-from service.targets import RepoPolicy, TargetError, add_target, format_duration, list_targets, make_spec, remove_target
+from service.targets import (
+    KNOWN_ADAPTERS,
+    RepoPolicy,
+    TargetError,
+    add_target,
+    format_duration,
+    history_size,
+    list_targets,
+    make_spec,
+    remove_target,
+)
 from specwatch.cli.output import console, fail, out, print_json
 from specwatch.findings import shipped_findings
 from specwatch.protocol import ExitStatus
@@ -24,6 +34,13 @@ from specwatch.protocol import ExitStatus
 targets_app = typer.Typer(help="Manage the watched target libraries.", no_args_is_help=True)
 
 T = TypeVar("T")
+
+#: ``--adapter``'s help: every adapter the suite knows by name, then the module:function form.
+ADAPTER_HELP = (
+    "suite adapter: "
+    + "; ".join(f"{name} ({what})" for name, what in sorted(KNOWN_ADAPTERS.items()))
+    + "; or module:function, a sampler in the target's source tree"
+)
 
 
 def _validated(build: Callable[[], T]) -> T:
@@ -39,9 +56,11 @@ def add(
     *,
     name: Annotated[str, typer.Argument(help="a short unique name, e.g. transformers")],
     repo: Annotated[str, typer.Option("--repo", help="clone URL of the library's repository")],
-    branch: Annotated[list[str], typer.Option("--branch", help="a branch to watch; repeat for several")],
-    adapter: Annotated[str, typer.Option(help="suite adapter: transformers, or module:function in the target's tree")],
+    adapter: Annotated[str, typer.Option(help=ADAPTER_HELP)],
     install: Annotated[InstallMode, typer.Option("--install", help="source: the commit's tree; pip: released versions")],
+    branch: Annotated[
+        list[str] | None, typer.Option("--branch", help="a branch to watch; repeat for several (default: main)", show_default=False)
+    ] = None,
     poll: Annotated[str | None, typer.Option(help="poll the branches every DURATION (e.g. 5m); default: webhooks only")] = None,
     policy: Annotated[CommitPolicy, typer.Option(help="head: a run per push/poll head; every: a run per new commit")] = CommitPolicy.head,
 ) -> None:
@@ -50,7 +69,7 @@ def add(
         lambda: make_spec(
             name=name,
             repo_url=repo,
-            branches=branch,
+            branches=branch or ["main"],
             adapter=adapter,
             install_mode=install,
             poll=poll,
@@ -113,8 +132,18 @@ def list_(
 
 
 @targets_app.command("remove")
-def remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the target's name")]) -> None:
-    """Stop watching a target and delete its history (commits, runs, results)."""
+def remove(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="the target's name")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+) -> None:
+    """Stop watching a target and delete its history (commits, runs, results, alerts); asks first unless --yes."""
+    if not yes:
+        with unit_of_work(ctx) as session:
+            size = history_size(session, name)
+        question = f"remove target {name!r} and delete its history ({size.commits} commit(s), {size.runs} run(s))?"
+        if not typer.confirm(question, default=False, err=True):
+            fail(f"target {name!r} kept (nothing deleted)", ExitStatus.USAGE)
     with unit_of_work(ctx) as session:
         removed = remove_target(session, name)
     history = f"{removed.commits} commit(s), {removed.runs} run(s)"
