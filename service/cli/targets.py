@@ -7,14 +7,18 @@ stderr and exit status 2; an unreachable database is one line and exit status 1.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from service.cli.database import unit_of_work
 from service.models import CommitPolicy, InstallMode, Target
+from service.queries.health import TargetHealth, targets_health
 from service.settings import get_settings
 from service.targets import (
     KNOWN_ADAPTERS,
@@ -27,7 +31,7 @@ from service.targets import (
     make_spec,
     remove_target,
 )
-from specwatch.cli.output import console, fail, out, print_json
+from specwatch.cli.output import console, fail, out, plain, print_json
 from specwatch.findings import shipped_findings
 from specwatch.protocol import ExitStatus
 
@@ -86,7 +90,8 @@ def add(
     console.print(f"added target [bold]{spec.name}[/] ({spec.repo_url}, {branches}{polled}){findings}", highlight=False, soft_wrap=True)
 
 
-def _as_dict(target: Target) -> dict[str, Any]:
+def _as_dict(target: Target, health: TargetHealth, now: datetime) -> dict[str, Any]:
+    last = health.last_run
     return {
         "name": target.name,
         "repo_url": target.repo_url,
@@ -95,18 +100,59 @@ def _as_dict(target: Target) -> dict[str, Any]:
         "install_mode": target.install_mode.value,
         "poll_interval_s": target.poll_interval_s,
         "commit_policy": target.commit_policy.value,
+        "configuration_error": health.configuration_error,
+        "polls": [plain(dataclasses.asdict(p)) for p in health.polls],
+        "queued_runs": health.queued_runs,
+        "running_runs": health.running_runs,
+        "queue_age_s": health.queue_age_s(now),
+        "last_run": None if last is None else plain(dataclasses.asdict(last)),
     }
 
 
-def _as_cells(target: Target) -> tuple[str, ...]:
+def _span(seconds: float) -> str:
+    """A duration to the nearest unit a reader wants: 45s, 12m, 5h, 3d."""
+    for unit, size, up_to in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
+        if seconds < up_to:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds // 86400)}d"
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never"
+    return f"{_span(max(0.0, (now - moment).total_seconds()))} ago"
+
+
+def _health_cells(health: TargetHealth, now: datetime) -> tuple[str, str, str]:
+    """Last poll (and its error), queue (waiting, running, the oldest's age), last run (and its error)."""
+    polled = _ago(health.last_polled_at, now) if health.polls else "-"
+    errors = "; ".join(f"{p.ref}: {escape(p.error)}" for p in health.poll_errors if p.error)
+    if errors:
+        polled += f" [red]error: {errors}[/]"
+    if health.configuration_error:
+        polled += f" [red]configuration error: {escape(health.configuration_error)}[/]"
+    age = health.queue_age_s(now)
+    queue = f"{health.queued_runs} queued" + (f" (oldest {_span(age)})" if age is not None else "")
+    queue += f", {health.running_runs} running"
+    last = health.last_run
+    run = "-"
+    if last is not None:
+        run = f"{last.id} {last.status.value} {_ago(last.finished_at, now)}"
+        if last.error:
+            run += f" [red]{escape(last.error.splitlines()[0][:120] if last.error.splitlines() else last.error)}[/]"
+    return polled, queue, run
+
+
+def _as_cells(target: Target, health: TargetHealth, now: datetime) -> tuple[str, ...]:
     return (
-        target.name,
-        target.repo_url,
-        ", ".join(target.branches),
+        escape(target.name),
+        escape(target.repo_url),
+        escape(", ".join(target.branches)),
         target.adapter,
         target.install_mode.value,
         format_duration(target.poll_interval_s),
         target.commit_policy.value,
+        *_health_cells(health, now),
     )
 
 
@@ -115,17 +161,20 @@ def list_(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """List the watched targets."""
+    """List the watched targets with their health: last poll and its error, queue, last run."""
+    now = datetime.now(UTC)
     with unit_of_work(ctx) as session:
         targets = list_targets(session)
-        rows, cells = [_as_dict(t) for t in targets], [_as_cells(t) for t in targets]
+        health = targets_health(session, [t.id for t in targets])
+        rows = [_as_dict(t, health[t.id], now) for t in targets]
+        cells = [_as_cells(t, health[t.id], now) for t in targets]
     if as_json:
         print_json(rows)
         return
     if not rows:
         console.print("no targets (add one with: specwatch targets add NAME --repo URL --branch main ...)", soft_wrap=True)
         return
-    table = Table("name", "repository", "branches", "adapter", "install", "poll", "policy")
+    table = Table("name", "repository", "branches", "adapter", "install", "poll", "policy", "last poll", "queue", "last run")
     for row in cells:
         table.add_row(*row)
     out.print(table)

@@ -43,6 +43,8 @@ def test_the_routes_are_mounted() -> None:
         "/overview",
         "/targets/{name}/commits",
         "/runs/{run_id}",
+        "/runs/{run_id}/log",
+        "/targets/{name}/commits/{sha}/rerun",
         "/targets/{name}/cases/{case_id}/history",
         "/compare",
         "/alerts",

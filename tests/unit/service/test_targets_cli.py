@@ -61,7 +61,10 @@ def test_add_list_remove(factory: sessionmaker[Session]) -> None:
 
     listed = specwatch(factory, "targets", "list", "--json")
     assert listed.exit_code == 0, listed.output
-    assert json.loads(listed.stdout) == [
+    [row] = json.loads(listed.stdout)
+    health = {key: row.pop(key) for key in ("configuration_error", "polls", "queued_runs", "running_runs", "queue_age_s", "last_run")}
+    assert health == {"configuration_error": None, "polls": [], "queued_runs": 0, "running_runs": 0, "queue_age_s": None, "last_run": None}
+    assert [row] == [
         {
             "name": "transformers",
             "repo_url": "https://github.com/huggingface/transformers",
