@@ -171,7 +171,8 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
     commit_text = f"<{link}|`{sha}`>" if link else f"`{sha}`"
-    dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
+    # The alert's own page: the alerts list shows only unresolved alerts by default.
+    dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts/{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
     elif alert.kind is AlertKind.configuration:
@@ -214,7 +215,10 @@ def slack_message(alert: Alert, event: str, dashboard_url: str, findings: Mappin
         ]
         blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})
-    blocks.append({"type": "section", "text": _md(f"<{dashboard}|Open on the dashboard>")})
+    links = f"<{dashboard}|Open on the dashboard>"
+    if alert.detected_run_id is not None and alert.kind in (AlertKind.broken, AlertKind.configuration, AlertKind.uninstallable):
+        links += f" · <{dashboard_url.rstrip('/')}/ui/runs/{alert.detected_run_id}#log|run {alert.detected_run_id} and its log>"
+    blocks.append({"type": "section", "text": _md(links)})
     distinct = {f.key: f for f in findings.values()}.values()
     known = "".join(f"; known finding: {mrkdwn(f.title)} ({mrkdwn(f.link)})" for f in distinct)
     # The fallback is mrkdwn too (notifications, clients without blocks): its texts are made literal as well.
