@@ -135,6 +135,10 @@ def test_rerun_records_the_reason_and_leaves_the_run_due_for_the_sweeper(
     assert "still queued or running" in again.output
     assert specwatch(rolled_back_factory, "rerun", TARGET, seeded.shas[6][:8], "--reason", " ").exit_code == 2
     assert specwatch(rolled_back_factory, "rerun", TARGET, "feedbeef", "--reason", "x").exit_code == 2
+    shown = specwatch(rolled_back_factory, "history", TARGET)
+    assert shown.exit_code == 0, shown.output
+    assert "flaky worker" in shown.stdout
+    assert "re-run by cli:" in shown.stdout
     listed = specwatch(rolled_back_factory, "targets", "list")
     assert listed.exit_code == 0, listed.output
     assert "2 queued (oldest" in " ".join(listed.stdout.split())
