@@ -25,10 +25,14 @@ so every run of this script draws the same pictures. The story is illustrative, 
   queued.
 - ``transformers`` (releases, pip): 5.25.0 cannot be installed (a dependency missing from the index), attempt
   after attempt: an uninstallable alert, not a broken release.
+- ``transformers-nightly`` (``scripts/screenshots_ops.py``): its last poll failed (host not found), a commit breaks
+  the suite (a broken-commit alert with the error, the run and its log), a run waits in the queue.
 
 Then it serves the dashboard (uvicorn in a thread), signs in through the login form with a write token and saves
-five PNGs, 1400 px wide and as tall as each page: ``timeline.png``, ``case.png``, ``alerts.png``,
-``alert.png`` (the acknowledged alert that links its known finding) and ``findings.png``.
+seven PNGs, 1400 px wide and as tall as each page: ``timeline.png``, ``case.png``, ``alerts.png``,
+``alert.png`` (the acknowledged alert that links its known finding), ``findings.png``, ``target-poll-error.png``
+(``transformers-nightly``'s page: the poll error, the queue, the last run's error) and ``error-alert.png`` (its
+broken-commit alert).
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ from service.targets import add_target, make_spec  # noqa: E402
 from workers.analysis.context import AnalysisConfig  # noqa: E402
 from workers.analysis.run import analyse  # noqa: E402
 from workers.runs import InstallRetry, RunOutcome, RunSpec, claim_run, record_install_failure, record_outcome  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from screenshots_ops import NIGHTLY, seed_operations  # noqa: E402
+
 from specwatch.protocol import Acceptance, CaseResult, Failure, Verdict  # noqa: E402
 from specwatch.targets.install import InstallError  # noqa: E402
 
@@ -265,8 +273,9 @@ class Worker:
             self.run(queued, now + timedelta(minutes=1))
 
 
-def seed(session: Session) -> int:
-    """The illustrative history (see the module docstring); the id of the alert that links a known finding."""
+def seed(session: Session) -> tuple[int, int]:
+    """The illustrative history (see the module docstring); the ids of the alert that links a known finding and of
+    the broken-commit alert."""
     main = add_target(
         session,
         make_spec(
@@ -293,7 +302,8 @@ def seed(session: Session) -> int:
     gemma_alert = _alert_at(session, main, commits[described[GEMMA_FROM - 1].sha])
     set_alert_state(session, gemma_alert, AlertState.acknowledged, now=T0 + timedelta(hours=3 * GEMMA_FROM + 2))
     _uninstallable_release(session)
-    return gemma_alert
+    broken_alert = seed_operations(session, worker.run, start=T0 + timedelta(days=1), now=datetime.now(UTC))
+    return gemma_alert, broken_alert
 
 
 def _alert_at(session: Session, target: Target, commit: Commit) -> int:
@@ -448,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = make_engine(url)
         try:
             with session_scope(sessionmaker(bind=engine, expire_on_commit=False)) as session:
-                known_alert = seed(session)
+                known_alert, broken_alert = seed(session)
         finally:
             engine.dispose()
         with tempfile.TemporaryDirectory() as profile, served(url, token) as base, browser(Path(profile)) as driver:
@@ -459,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                 "alerts.png": "/ui/alerts",
                 "alert.png": f"/ui/alerts/{known_alert}",
                 "findings.png": f"/ui/targets/{MAIN}/findings",
+                "target-poll-error.png": f"/ui/targets/{NIGHTLY}",
+                "error-alert.png": f"/ui/alerts/{broken_alert}",
             }
             for name, page in pages.items():
                 capture(driver, base + page, args.out / name)

@@ -7,12 +7,14 @@ beside the code under test). :func:`mrkdwn` makes such text literal in Slack and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from service.textlimits import CUT_MARKER, cut
+from specwatch.protocol import E_VALUE_CAP
 
-__all__ = ["CUT_MARKER", "TEXT_MAX", "cut", "drift_range", "drift_text", "mrkdwn"]
+__all__ = ["CUT_MARKER", "TEXT_MAX", "cut", "drift_range", "drift_text", "evidence_text", "mrkdwn"]
 
 #: The most characters of one library-provided text in a message (an error's first line, a case id).
 TEXT_MAX = 500
@@ -55,3 +57,21 @@ def drift_text(entry: Mapping[str, Any]) -> str | None:
     if left_out:
         text += f"; {_num(left_out, ',')} earlier run(s) over another range left out"
     return text
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def evidence_text(entry: Mapping[str, Any]) -> str:
+    """An entry's evidence: its e-value against the threshold. Past :data:`~specwatch.protocol.E_VALUE_CAP` the
+    stored e-value is the cap (``1e+300``), not a measurement: then it says so, with log E against the log
+    threshold (exact, as ``specwatch history`` shows them). No log E on a failing case: an impossible observation."""
+    log_e, threshold, e_value = (_number(entry.get(key)) for key in ("log_e_value", "threshold", "e_value"))
+    if entry.get("log_e_value") is None and entry.get("reason") != "drift":
+        return f"e-value ∞ (impossible observation; threshold {_num(threshold, '.3g')})"
+    if (log_e is not None and log_e >= math.log(E_VALUE_CAP)) or (e_value is not None and e_value >= E_VALUE_CAP):
+        log_threshold = _num(math.log(threshold), ".4g") if threshold is not None and threshold > 0 else "-"
+        figures = f"log E {_num(log_e, '.4g')} ≥ log threshold {log_threshold}"
+        return f"e-value capped, far beyond the threshold {_num(threshold, '.3g')} ({figures})"
+    return f"e-value {_num(e_value, '.3g')} (threshold {_num(threshold, '.3g')})"

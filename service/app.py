@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
@@ -63,7 +64,9 @@ def create_app(
         if engine is not None:
             engine.dispose()
 
-    app = FastAPI(title="specwatch", summary="Continuous monitoring of speculative-decoding losslessness", lifespan=lifespan)
+    # /docs (Swagger UI) and /redoc load their scripts and styles from the package (/static-offline-docs), not a
+    # CDN: they work on a machine without internet.
+    app = FastAPIOffline(title="specwatch", summary="Continuous monitoring of speculative-decoding losslessness", lifespan=lifespan)
     app.state.settings = settings
     app.state.session_factory = session_factory
     app.state.producer = producer

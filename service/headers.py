@@ -2,8 +2,9 @@
 
 The dashboard's pages load nothing but their own stylesheet (``/ui/style.css``): no script, no inline style,
 no form posting elsewhere, so a value that slipped through escaping could still neither run nor exfiltrate.
-JSON answers get ``default-src 'none'`` (a browser opening one directly runs nothing either). FastAPI's own
-HTML pages (``/docs``, ``/redoc``) load Swagger UI's scripts from a CDN and get no CSP.
+JSON answers get ``default-src 'none'`` (a browser opening one directly runs nothing either). The API's
+HTML pages (``/docs``, ``/redoc``) load Swagger UI's and ReDoc's scripts from the application itself
+(``/static-offline-docs``, fastapi-offline) and run an inline script: they get no CSP.
 """
 
 from __future__ import annotations

@@ -365,14 +365,21 @@ def update_target(session: Session, name: str, *, github_checks: bool | None = N
     return target
 
 
-def remove_target(session: Session, name: str) -> Removed:
-    """Delete a target and, by cascade, its commits, runs and results (flushed, not committed)."""
+def history_size(session: Session, name: str) -> Removed:
+    """What removing target ``name`` would delete: its commits and runs (:class:`TargetNotFoundError` if none)."""
     target = get_target(session, name)
     commits = session.scalar(select(func.count()).select_from(Commit).where(Commit.target_id == target.id)) or 0
     runs = session.scalar(select(func.count()).select_from(Run).join(Commit).where(Commit.target_id == target.id)) or 0
+    return Removed(name=name, commits=commits, runs=runs)
+
+
+def remove_target(session: Session, name: str) -> Removed:
+    """Delete a target and, by cascade, its commits, runs and results (flushed, not committed)."""
+    removed = history_size(session, name)
+    target = get_target(session, name)
     session.delete(target)
     session.flush()
-    return Removed(name=name, commits=commits, runs=runs)
+    return removed
 
 
 def repo_key(url: str) -> str | None:

@@ -14,6 +14,13 @@ lease expires. The SQLAlchemy transport would add a polling writer on SQLite, co
 database lock, for a durability the database already provides (it does not redeliver unacknowledged
 messages either).
 
+The notification outbox is sent by its own thread (:mod:`workers.embedded_outbox`), never behind a suite run: a
+``workers.deliver_notifications`` message goes to a queue only that thread consumes.
+
+After a restart, the runs still ``queued`` are sent again (:func:`resume_queued_runs`) and the runs that finished
+but were never analysed (their ``workers.analyse_run`` message died with the previous process) are analysed at
+once (:func:`resume_unanalysed_runs`), not after the sweeper's grace.
+
 The worker runs one task at a time (``solo`` pool), consuming ``gpu`` and ``default``:
 
 - no fork of this multi-threaded process (a prefork pool would fork uvicorn's threads' locks);
@@ -33,6 +40,8 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import uvicorn
@@ -48,7 +57,13 @@ from service.models import Run, RunStatus
 from service.queue import CeleryProducer, Producer, enqueue_runs
 from service.schema import SchemaError, upgrade_to_head
 from service.settings import Settings
-from workers.celery_app import DEFAULT_QUEUE, GPU_QUEUE
+from workers.analysis import unanalysed
+from workers.celery_app import ANALYSE_RUN, DEFAULT_QUEUE, GPU_QUEUE
+from workers.embedded_outbox import OutboxSender, outbox_config
+from workers.execution import utcnow
+from workers.notify import deliver_due
+from workers.settings import get_worker_settings
+from workers.tasks import ANALYSIS_HORIZON, channels
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +155,22 @@ def resume_queued_runs(factory: sessionmaker[Session], producer: Producer) -> li
     return enqueue_runs(producer, run_ids)
 
 
+def resume_unanalysed_runs(factory: sessionmaker[Session], send: Callable[[int], object], *, now: datetime) -> list[int]:
+    """Ask for the analysis of every finished run nobody analysed (within the sweeper's horizon); the ids asked.
+
+    A run that finished while the previous process was stopping has its results stored but its ``analyse_run``
+    message died with the in-memory queue; the sweeper would find it only after its grace (minutes). Analysing a
+    run twice is harmless (``workers.analyse_run`` is idempotent).
+    """
+    with factory() as session:
+        run_ids = unanalysed(session, now=now, grace=timedelta(0), horizon=ANALYSIS_HORIZON)
+    for run_id in run_ids:
+        send(run_id)
+    if run_ids:
+        log.info("resume_unanalysed_runs runs=%s", run_ids)
+    return run_ids
+
+
 def serve(settings: Settings, *, app: Celery[Any], host: str, port: int) -> None:
     """Migrate the database, start the worker and beat, and serve the API until SIGINT or SIGTERM.
 
@@ -155,21 +186,32 @@ def serve(settings: Settings, *, app: Celery[Any], host: str, port: int) -> None
     if not settings.webhook_secret.get_secret_value():
         log.warning("webhooks_disabled: SPECWATCH_WEBHOOK_SECRET is not set, POST /webhooks/github answers 401")
     app.conf.update(embedded_config())
+    app.conf.update(outbox_config(dict(app.conf.task_routes or {}), dict(app.conf.beat_schedule or {})))
     factory = db.session_factory()
     producer = CeleryProducer(EMBEDDED_BROKER_URL)
     worker = EmbeddedWorker(app)
+    worker_settings = get_worker_settings()
+    outbox = OutboxSender(
+        EMBEDDED_BROKER_URL,
+        lambda: deliver_due(factory, channels(settings, worker_settings), now=utcnow, limit=worker_settings.notify_batch_size),
+        batch=worker_settings.notify_batch_size,
+    )
     # uvicorn handles SIGTERM as it does SIGINT, then raises it again with the previous handler once it
     # stopped: make that handler a KeyboardInterrupt (which uvicorn.run swallows), so the worker is stopped
     # below instead of the process being killed by the default action.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    outbox.start()
     worker.start()
     try:
         resume_queued_runs(factory, producer)
+        resume_unanalysed_runs(factory, lambda run_id: app.send_task(ANALYSE_RUN, args=[run_id]), now=utcnow())
+        outbox.wake()  # rows written before the restart
         web = create_app(settings, session_factory=factory, producer=producer)
         uvicorn.run(web, host=host, port=port, log_level="info")  # returns on SIGINT / SIGTERM
     finally:
         log.info("embedded_stopping")
         worker.stop()
+        outbox.stop()
         producer.close()
         db.get_engine().dispose()
         log.info("embedded_stopped")

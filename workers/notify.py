@@ -28,7 +28,7 @@ from urllib.parse import quote
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alert_text import cut, drift_text, mrkdwn
+from service.alert_text import cut, drift_text, evidence_text, mrkdwn
 from service.check_runs import queue_check_run
 from service.commit_status import add_notification, commit_url, queue_status
 from service.db import session_scope
@@ -108,13 +108,8 @@ def _case_line(entry: AlertEntry, known: str | None = None) -> str:
         return f"*configuration error*: {mrkdwn(entry['error'] or 'the repository cannot be used')}"
     if entry["reason"] == "raised":
         return f"• `{case_id}` (the sampler raised on a valid input): {mrkdwn(entry['error'] or '—')}"
-    e_value = (
-        "∞ (impossible observation)"
-        if entry.get("log_e_value") is None and entry["reason"] != "drift"
-        else _fmt(entry.get("e_value"), ".3g")
-    )
     line = (
-        f"• `{case_id}` ({reason}): e-value {e_value} (threshold {_fmt(entry.get('threshold'), '.3g')}), "
+        f"• `{case_id}` ({reason}): {evidence_text(entry)}, "
         f"TV estimate {_fmt(entry.get('tv_estimate'), '.4f')} (descriptive), acceptance {_fmt(entry.get('acceptance_observed'), '.3f')} "
         f"(expected {_fmt(entry.get('acceptance_expected'), '.3f')})"
     )
@@ -175,7 +170,8 @@ def slack_message(
     link = commit_url(target, commit)
     sha = commit.sha if release_version(commit.sha) else commit.sha[:12]
     commit_text = f"<{link}|`{sha}`>" if link else f"`{sha}`"
-    dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts#alert-{alert.id}"
+    # The alert's own page: the alerts list shows only unresolved alerts by default.
+    dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts/{alert.id}"
     if alert.kind is AlertKind.broken:
         confirmation = "not needed (a broken commit is deterministic)"
     elif alert.kind is AlertKind.configuration:
@@ -215,7 +211,10 @@ def slack_message(
         lines = [_case_line(e, _finding_note(e["case_id"], findings, regressions, findings_url)) for e in alert_entries(alert.cases)]
         blocks.extend(_sections(lines, MAX_BLOCKS - 6 - (event == "reopened")))
         blocks.append({"type": "context", "elements": [_md(f"*Confirmation:* {confirmation}")]})
-    blocks.append({"type": "section", "text": _md(f"<{dashboard}|Open on the dashboard>")})
+    links = f"<{dashboard}|Open on the dashboard>"
+    if alert.detected_run_id is not None and alert.kind in (AlertKind.broken, AlertKind.configuration, AlertKind.uninstallable):
+        links += f" · <{dashboard_url.rstrip('/')}/ui/runs/{alert.detected_run_id}#log|run {alert.detected_run_id} and its log>"
+    blocks.append({"type": "section", "text": _md(links)})
     distinct = {f.key: f for f in findings.values()}.values()
     known = "".join(f"; known finding: {mrkdwn(f.title)} ({mrkdwn(f.link)})" for f in distinct)
     # The fallback is mrkdwn too (notifications, clients without blocks): its texts are made literal as well.

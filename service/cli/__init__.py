@@ -6,6 +6,7 @@ One module per group of commands, over shared pieces:
 - :mod:`service.cli.targets`: ``targets add|list|remove``;
 - :mod:`service.cli.history`: ``history``, ``runs show``, ``compare`` (over :mod:`service.queries`);
 - :mod:`service.cli.alerts`: ``alerts [ack|resolve]``;
+- :mod:`service.cli.rerun`: ``rerun`` (test a commit again, with a reason);
 - :mod:`service.cli.schema`: ``db upgrade`` (the migrations shipped in the package);
 - :mod:`service.cli.findings`: ``findings list|add|edit|remove|seed`` (a target's known findings);
 - :mod:`service.cli.processes`: ``serve``, ``worker``, ``beat`` (run by :mod:`workers.cli`, imported by name);
@@ -21,6 +22,7 @@ from service.cli.alerts import alerts_app
 from service.cli.findings import findings_app
 from service.cli.history import compare_command, history, runs_app
 from service.cli.processes import PASSTHROUGH, beat, serve, worker
+from service.cli.rerun import rerun
 from service.cli.schema import db_app
 from service.cli.targets import targets_app
 from specwatch.cli import build_app
@@ -35,6 +37,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(db_app, name="db")
     app.command("history")(history)
     app.command("compare")(compare_command)
+    app.command("rerun")(rerun)
     app.command()(serve)
     app.command(context_settings=PASSTHROUGH)(worker)
     app.command(context_settings=PASSTHROUGH)(beat)

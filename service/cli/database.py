@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Final
 
 import typer
-from sqlalchemy import make_url
+from sqlalchemy import URL, make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,10 +33,40 @@ def _factory(ctx: typer.Context) -> sessionmaker[Session]:
     return ctx.obj if isinstance(ctx.obj, sessionmaker) else session_factory()
 
 
+#: How to point a command at the database of a running ``specwatch serve``.
+POINT_AT_IT = (
+    "run the command in the folder where `specwatch serve` runs, or point SPECWATCH_DATABASE_URL at its database "
+    "(e.g. sqlite:////abs/path/specwatch.db, or postgresql+psycopg://...); `specwatch db upgrade` creates a new one"
+)
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The file of a SQLite URL (absolute), None for another database or an in-memory one."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:") or str(url.database).startswith("file:"):
+        return None
+    return Path(str(url.database)).expanduser().resolve()
+
+
+def missing_database(url: URL) -> str | None:
+    """Why a command must not open ``url``: a SQLite file that does not exist (opening it would create an empty
+    database where the user expected the service's history); None when it may be opened."""
+    path = sqlite_file(url)
+    if path is None or path.exists():
+        return None
+    return f"no specwatch database at {path} (SPECWATCH_DATABASE_URL={url.render_as_string(hide_password=True)}): {POINT_AT_IT}"
+
+
 @contextmanager
 def unit_of_work(ctx: typer.Context) -> Iterator[Session]:
-    """A committed unit of work; user errors exit 2, an unreachable database exits 1, both in one line."""
+    """A committed unit of work; user errors exit 2, an unreachable database exits 1, both in one line.
+
+    A SQLite database file that does not exist is refused before it is opened (SQLite would create it empty).
+    """
     factory = _factory(ctx)
+    url = make_url(str(factory.kw["bind"].engine.url))
+    missing = missing_database(url)
+    if missing is not None:
+        fail(missing, UNAVAILABLE)
     try:
         with session_scope(factory) as session:
             yield session
@@ -43,9 +74,11 @@ def unit_of_work(ctx: typer.Context) -> Iterator[Session]:
         fail(str(exc), ExitStatus.USAGE)
     except (OperationalError, ProgrammingError) as exc:
         # Unreachable, or not migrated (`alembic upgrade head`): one line, never a traceback or a password.
-        url = make_url(str(factory.kw["bind"].url)).render_as_string(hide_password=True)
+        where = url.render_as_string(hide_password=True)
         detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-        fail(f"database error at {url}: {detail}", UNAVAILABLE)
+        if "no such table" in detail or ("relation" in detail and "does not exist" in detail):
+            fail(f"the database at {where} has no specwatch tables ({detail}): {POINT_AT_IT}", UNAVAILABLE)
+        fail(f"database error at {where}: {detail}", UNAVAILABLE)
 
 
 @contextmanager

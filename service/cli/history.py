@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from service.cli.database import reading
@@ -58,7 +59,12 @@ def history(
             table = Table("#", "commit", "run", "status", "failed cases", "message", title=f"{page.target} · {page.branch}")
             for c in page.commits:
                 status = _verdict(c.status) + (" [bold red]← first failing[/]" if c.first_failing and not c.known_only else "")
-                message = (c.message or "").splitlines()[0] if c.message else ""
+                message = escape((c.message or "").splitlines()[0]) if c.message else ""
+                if c.error and c.status is not None and c.status.value in ("error", "uninstallable", "queued"):
+                    # Why the run could not test the commit (specwatch runs show ID for its log).
+                    message += f"\n[red]{escape(c.error.splitlines()[0][:200] if c.error.splitlines() else c.error)}[/]"
+                if c.rerun_reason:
+                    message += f"\n[italic]re-run by {escape(c.rerun_by or '-')}: {escape(c.rerun_reason[:200])}[/]"
                 failed = str(c.failed_cases or "")
                 if c.known_failed_cases:
                     failed += f" [yellow]({'all' if c.known_only else c.known_failed_cases} known)[/]"

@@ -41,9 +41,11 @@ from service.queries import (
     run_detail,
     targets_overview,
 )
+from service.queries.alerts import UNRESOLVED
 from service.queries.common import get_target
 from service.queries.health import targets_health
 from service.releases import release_version
+from service.targets import list_targets
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TEMPLATES.env.filters["log"] = math.log
@@ -221,13 +223,23 @@ def run_page(request: Request, run_id: DbId, session: SessionDep) -> HTMLRespons
     return render_page(request, "run.html", run=run)
 
 
+#: The alerts page's state filters: the unresolved alerts (the default), all, or one state.
+ALERT_SHOWS = ("unresolved", "all", *(s.value for s in AlertState))
+
+
 @router.get("/alerts", response_class=HTMLResponse)
-def alerts_page(request: Request, session: SessionDep, *, state: AlertState | None = None, target: str | None = None) -> HTMLResponse:
+def alerts_page(request: Request, session: SessionDep, *, state: str = "unresolved", target: str | None = None) -> HTMLResponse:
+    """The alerts, newest first: by default those not resolved (open or acknowledged), of every target or one."""
+    if state not in ALERT_SHOWS:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"state must be one of {', '.join(ALERT_SHOWS)}")
+    target = target or None
+    one = AlertState(state) if state in AlertState.__members__ else None
     try:
-        alerts = list_alerts(session, target=target, state=state, limit=200)
+        alerts = list_alerts(session, target=target, state=one, states=UNRESOLVED if state == "unresolved" else None, limit=200)
     except (NotFoundError, QueryError) as exc:
         raise _not_found(exc) from None
-    return render_page(request, "alerts.html", alerts=alerts, state=state, states=list(AlertState))
+    names = [t.name for t in list_targets(session)]
+    return render_page(request, "alerts.html", alerts=alerts, state=state, shows=ALERT_SHOWS, target=target, targets=names)
 
 
 @router.get("/alerts/{alert_id}", response_class=HTMLResponse)

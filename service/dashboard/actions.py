@@ -1,9 +1,10 @@
-"""The dashboard's forms: sign in with an API token, sign out, acknowledge and resolve an alert.
+"""The dashboard's forms: sign in with an API token, sign out, acknowledge and resolve an alert, re-run a commit.
 
 Signing in checks the token like the API does (:func:`service.auth.token_scope`) and opens a server-side
 session (:mod:`service.dashboard.session`); signing out revokes it. Acknowledging and resolving go through
 :func:`service.queries.set_alert_state`, the function behind ``POST /alerts/{id}/acknowledge|resolve`` and
-``specwatch alerts ack|resolve``, in the request's unit of work. Each form needs the session's CSRF token;
+``specwatch alerts ack|resolve``, in the request's unit of work; a re-run through :func:`service.reruns.rerun_commit`
+(as ``POST /targets/{name}/commits/{sha}/rerun``), sent to the workers after the commit. Each form needs the session's CSRF token;
 the actions also need a session signed in with a write token. A refused form answers a page that says why,
 with the matching status (401 not signed in or bad token, 403 bad CSRF token or read-only, 404, 409).
 Forms answer ``303 See Other`` to the page they came from.
@@ -15,15 +16,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, BackgroundTasks, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from service.after_commit import after_commit
 from service.auth import hash_token, token_scope
 from service.dashboard import DASHBOARD_PATH, render_page
 from service.dashboard.session import FormError, check_csrf, csrf_token, require_writer, safe_next, sign_in, sign_out
-from service.deps import DbId, SessionDep, app_settings
+from service.deps import DbId, ProducerDep, SessionDep, app_settings
+from service.ingest import RunOptions
 from service.models import AlertState
-from service.queries import AlertStateError, NotFoundError, set_alert_state
+from service.queries import AlertStateError, NotFoundError, QueryError, set_alert_state
+from service.queue import enqueue_runs
+from service.reruns import RunBusyError, rerun_commit
 
 # The pages' one stylesheet, served from /ui/style.css (the CSP allows no inline style: service.headers).
 STYLESHEET = (Path(__file__).parent / "style.css").read_bytes()
@@ -117,3 +122,32 @@ def acknowledge(request: Request, alert_id: DbId, session: SessionDep, csrf: For
 def resolve(request: Request, alert_id: DbId, session: SessionDep, csrf: FormField = "", next: FormField = "") -> Response:
     """open or acknowledged → resolved, as ``POST /alerts/{id}/resolve`` does."""
     return _move(request, session, alert_id, state=AlertState.resolved, csrf=csrf, next=next)
+
+
+@router.post("/targets/{name}/commits/{sha}/rerun", response_class=HTMLResponse, response_model=None)
+def rerun(
+    request: Request,
+    name: str,
+    sha: str,
+    *,
+    session: SessionDep,
+    producer: ProducerDep,
+    background: BackgroundTasks,
+    csrf: FormField = "",
+    reason: FormField = "",
+) -> Response:
+    """Test a commit again with the reason given, as ``POST /targets/{name}/commits/{sha}/rerun`` does; to the new run."""
+    try:
+        require_writer(request, app_settings(request), csrf)
+        options = RunOptions.from_settings(app_settings(request))
+        done = rerun_commit(session, name, sha, reason=reason, requested_by="dashboard", options=options)
+    except FormError as refused:
+        return _refused(request, refused)
+    except NotFoundError as exc:
+        return _refused(request, FormError(status.HTTP_404_NOT_FOUND, f"{exc}."))
+    except RunBusyError as exc:
+        return _refused(request, FormError(status.HTTP_409_CONFLICT, f"{exc}."))
+    except QueryError as exc:
+        return _refused(request, FormError(status.HTTP_400_BAD_REQUEST, f"{exc}."))
+    after_commit(session, background.add_task, enqueue_runs, producer, [done.run_id])
+    return _see_other(f"{DASHBOARD_PATH}/runs/{done.run_id}")

@@ -84,6 +84,10 @@ class Run(Base):
         enum_column(RunPurpose, "run_purpose"), default=RunPurpose.primary, server_default="primary"
     )
     parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    # A re-run asked for by hand (CLI, API, dashboard): why, and who asked (None: queued by a push, a poll or the
+    # analysis). It is a primary run of the commit with the commit's own seeds: it repeats the test.
+    rerun_reason: Mapped[str | None] = mapped_column(Text)
+    rerun_by: Mapped[str | None] = mapped_column(String(100))
     # The suite's --attempt: 0 for the commit's seeds, N for the N-th fresh set (confirmation runs).
     seed_attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Set once workers.analyse_run decided about the run (idempotency), with what it decided.

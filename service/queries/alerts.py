@@ -3,7 +3,7 @@ resolved by hand, counted by kind and state."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -90,8 +90,9 @@ def list_alerts(
     kind: AlertKind | None = None,
     branch: str | None = None,
     limit: int = 100,
+    states: Collection[AlertState] | None = None,
 ) -> list[AlertRow]:
-    """Alerts, newest first, filtered by target, state, kind and branch."""
+    """Alerts, newest first, filtered by target, state (or any of ``states``), kind and branch."""
     if not 1 <= limit <= MAX_PAGE:
         raise QueryError(f"limit must be between 1 and {MAX_PAGE}")
     query = select(Alert).order_by(Alert.id.desc()).limit(limit)
@@ -99,11 +100,17 @@ def list_alerts(
         query = query.where(Alert.target_id == get_target(session, target).id)
     if state is not None:
         query = query.where(Alert.state == state)
+    if states is not None:
+        query = query.where(Alert.state.in_(list(states)))
     if kind is not None:
         query = query.where(Alert.kind == kind)
     if branch is not None:
         query = query.where(Alert.branch == branch)
     return _alert_rows(session, list(session.scalars(query)))
+
+
+#: What "open" means on the alerts page: not resolved (open, or acknowledged: someone is on it).
+UNRESOLVED = (AlertState.open, AlertState.acknowledged)
 
 
 def get_alert(session: Session, alert_id: int) -> AlertRow:

@@ -32,6 +32,13 @@ class CommitRow:
     # How many of the failed cases a known finding explains, and those findings (by key).
     known_failed_cases: int = 0
     findings: tuple[FindingLink, ...] = ()
+    # Why its latest run could not test it (error, uninstallable; the last install failure of a run retrying), and
+    # whether that was the target's configuration rather than the commit.
+    error: str | None = None
+    configuration_error: bool = False
+    # A re-run asked for by hand: why, and by whom (service.reruns).
+    rerun_reason: str | None = None
+    rerun_by: str | None = None
 
     @property
     def known_only(self) -> bool:
@@ -116,6 +123,10 @@ def commits_page(
                 first_failing=new_failure(commit) and not new_failure(previous),
                 known_failed_cases=len(known),
                 findings=tuple({link.key: link for link in known.values()}.values()),
+                error=run.error if run else None,
+                configuration_error=run.configuration_error if run else False,
+                rerun_reason=run.rerun_reason if run else None,
+                rerun_by=run.rerun_by if run else None,
             )
         )
     more = len(commits) > limit and rows[-1].branch_order is not None

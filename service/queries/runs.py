@@ -75,6 +75,13 @@ class RunDetail:
     previous_run_id: int | None = None
     # Attempts that could not install the commit (each retried after a backoff; status uninstallable once spent).
     install_failures: int = 0
+    # A re-run asked for by hand (service.reruns): why and by whom; None for runs queued by pushes, polls, analysis.
+    rerun_reason: str | None = None
+    rerun_by: str | None = None
+    # The end of the suite's output (stderr, at most the worker's log_tail_chars); None when it wrote nothing.
+    log_tail: str | None = None
+    # The attempt could not use the target's repository (a configuration error of the target, not of the commit).
+    configuration_error: bool = False
 
 
 def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None, finding: FindingLink | None = None) -> CaseRow:
@@ -148,4 +155,8 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         purpose=run.purpose.value,
         previous_run_id=previous_run_id,
         install_failures=run.install_failures,
+        rerun_reason=run.rerun_reason,
+        rerun_by=run.rerun_by,
+        log_tail=run.log_tail,
+        configuration_error=run.configuration_error,
     )

@@ -1,23 +1,27 @@
 """Operations endpoints: ``/healthz`` (liveness and the database), ``/readyz`` (database and broker) and
 Prometheus ``/metrics``.
 
-``/metrics`` is collected at scrape time from the database (runs by status, alerts by kind and state) and the broker (queue depth:
-the length of the Redis lists Celery keeps for the ``gpu`` and ``default`` queues), plus a histogram of
-webhook latency observed by :class:`WebhookTimer`, an ASGI middleware. Each application has its own
-registry, so several apps in one process (tests) never clash.
+``/metrics`` is collected at scrape time from the database (runs by status, alerts by kind and state, and what
+:mod:`service.queries.operations` reads: runs waiting and running per target with the oldest's queue age, the
+notification outbox's backlog and oldest row, each poll's failure and last poll, run and case durations, runs and
+cases that failed by kind) and the broker (queue depth: the length of the Redis lists Celery keeps for the ``gpu``
+and ``default`` queues), plus a histogram of webhook latency observed by :class:`WebhookTimer`, an ASGI
+middleware. Each application has its own registry, so several apps in one process (tests) never clash.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import cast
 
 import redis
 from fastapi import APIRouter, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -25,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.deps import SessionDep, SettingsDep
-from service.queries import alerts_by_state, runs_by_status
+from service.queries import alerts_by_state, operations, runs_by_status
 from service.queue import CeleryProducer
 from service.settings import Settings
 
@@ -108,7 +112,41 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         yield from self._runs()
+        yield from self._operations()
         yield from self._queues()
+
+    def _operations(self) -> Iterator[Metric]:
+        now = datetime.now(UTC)
+        try:
+            with self.session_factory() as session:
+                queues, (backlog, oldest_unsent), polls = (
+                    operations.queues(session),
+                    operations.outbox_backlog(session, now),
+                    operations.polls(session),
+                )
+                run_durations, case_durations = operations.run_durations(session), operations.case_durations(session)
+                run_failures, case_failures = operations.run_failures(session), operations.case_failures(session)
+        except SQLAlchemyError as exc:
+            log.warning("metrics database_unreachable error=%s", exc)
+            return
+        yield from _queue_metrics(queues, now)
+        yield from _outbox_metrics(backlog, oldest_unsent, now)
+        yield from _poll_metrics(polls)
+        runs = HistogramMetricFamily("specwatch_run_duration_seconds", "Duration of finished runs (last attempt)", labels=["status"])
+        for run_status, histogram in run_durations.items():
+            runs.add_metric([run_status], _buckets(histogram), histogram.total)
+        yield runs
+        cases = HistogramMetricFamily("specwatch_case_duration_seconds", "Duration of each stored case result")
+        cases.add_metric([], _buckets(case_durations), case_durations.total)
+        yield cases
+        failures = GaugeMetricFamily("specwatch_run_failures", "Finished runs that did not pass, by kind", labels=["kind"])
+        for kind, count in run_failures.items():
+            failures.add_metric([kind], count)
+        yield failures
+        failing = GaugeMetricFamily("specwatch_case_failures", "Failing or erroring case results, by kind", labels=["kind"])
+        for kind, count in case_failures.items():
+            failing.add_metric([kind], count)
+        yield failing
 
     def _runs(self) -> Iterator[Metric]:
         runs = GaugeMetricFamily("specwatch_runs", "Suite runs by status", labels=["status"])
@@ -142,6 +180,59 @@ class StateCollector(Collector):
         yield depth
 
 
+def _buckets(histogram: operations.Histogram) -> list[tuple[str, float]]:
+    # Bounds written as prometheus_client writes its own histograms' ("60.0", "+Inf").
+    return [("+Inf" if math.isinf(bound) else repr(bound), float(count)) for bound, count in histogram.buckets]
+
+
+def _queue_metrics(queues: list[operations.QueueState], now: datetime) -> Iterator[Metric]:
+    waiting = GaugeMetricFamily("specwatch_target_runs_waiting", "Runs of a target queued or running", labels=["target", "status"])
+    age = GaugeMetricFamily(
+        "specwatch_queue_oldest_age_seconds", "How long the oldest queued run of a target has waited (0: none waits)", labels=["target"]
+    )
+    for queue in queues:
+        waiting.add_metric([queue.target, "queued"], queue.queued)
+        waiting.add_metric([queue.target, "running"], queue.running)
+        age.add_metric([queue.target], 0.0 if queue.oldest_queued_at is None else max(0.0, (now - queue.oldest_queued_at).total_seconds()))
+    yield waiting
+    yield age
+
+
+def _outbox_metrics(backlog: dict[tuple[str, str], int], oldest: datetime | None, now: datetime) -> Iterator[Metric]:
+    rows = GaugeMetricFamily(
+        "specwatch_outbox_backlog", "Notifications not sent, by channel and state (due, deferred, given_up)", labels=["channel", "state"]
+    )
+    for (channel, state), count in sorted(backlog.items()):
+        rows.add_metric([channel, state], count)
+    yield rows
+    age = GaugeMetricFamily("specwatch_outbox_oldest_age_seconds", "Age of the oldest notification still to send (0: none)")
+    age.add_metric([], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+    yield age
+
+
+def _poll_metrics(polls: list[operations.PollStatus]) -> Iterator[Metric]:
+    failing = GaugeMetricFamily("specwatch_poll_failing", "1 when the last poll failed", labels=["target", "kind", "ref"])
+    polled = GaugeMetricFamily(
+        "specwatch_poll_last_polled_timestamp_seconds", "When the last poll started", labels=["target", "kind", "ref"]
+    )
+    succeeded = GaugeMetricFamily(
+        "specwatch_poll_last_success_timestamp_seconds", "When a poll last succeeded", labels=["target", "kind", "ref"]
+    )
+    errors: dict[str, int] = {}
+    for poll in polls:
+        labels = [poll.target, poll.kind, poll.ref]
+        failing.add_metric(labels, 1.0 if poll.failing else 0.0)
+        errors[poll.target] = errors.get(poll.target, 0) + int(poll.failing)
+        if poll.polled_at is not None:
+            polled.add_metric(labels, poll.polled_at.timestamp())
+        if poll.succeeded_at is not None:
+            succeeded.add_metric(labels, poll.succeeded_at.timestamp())
+    per_target = GaugeMetricFamily("specwatch_poll_errors", "Poll states of a target whose last poll failed", labels=["target"])
+    for target, count in sorted(errors.items()):
+        per_target.add_metric([target], count)
+    yield from (failing, per_target, polled, succeeded)
+
+
 def make_registry(session_factory: sessionmaker[Session], broker: str) -> tuple[CollectorRegistry, Histogram]:
     """A registry for one application: its state collector and its webhook latency histogram."""
     registry = CollectorRegistry()
@@ -158,7 +249,8 @@ def make_registry(session_factory: sessionmaker[Session], broker: str) -> tuple[
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def metrics(request: Request) -> Response:
-    """Prometheus metrics: queue depth, runs by status, alerts by kind and state, webhook latency."""
+    """Prometheus metrics: queue depth and age, runs by status, alerts by kind and state, the outbox's backlog, poll
+    errors, run and case durations, failures by kind, webhook latency."""
     registry = cast(CollectorRegistry, request.app.state.metrics_registry)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -8,7 +8,7 @@ request's session, which commits when the route returns (:mod:`service.deps`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +56,22 @@ class TargetChange(BaseModel):
     github_checks: bool | None = None
 
 
+class PollOut(BaseModel):
+    kind: str
+    ref: str
+    polled_at: datetime | None
+    succeeded_at: datetime | None
+    error: str | None
+
+
+class LastRunOut(BaseModel):
+    id: int
+    sha: str
+    status: str
+    finished_at: datetime | None
+    error: str | None
+
+
 class TargetOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -74,6 +90,15 @@ class TargetOut(BaseModel):
     configuration_alert_id: int | None = None
     last_polled_at: datetime | None = None
     poll_errors: dict[str, str] = Field(default_factory=dict)
+    # Each poll state (a watched branch, or the releases): when it was last polled and last succeeded, its error.
+    polls: list[PollOut] = Field(default_factory=list)
+    # Runs waiting for a worker and running now; how long the oldest has waited (None: none waits).
+    queued_runs: int = 0
+    running_runs: int = 0
+    oldest_queued_at: datetime | None = None
+    queue_age_s: float | None = None
+    # The last finished run: its id, commit, status, when it finished, and its error (an error or uninstallable run).
+    last_run: LastRunOut | None = None
 
 
 def _out(target: Target, health: TargetHealth | None = None) -> TargetOut:
@@ -86,13 +111,30 @@ def _out(target: Target, health: TargetHealth | None = None) -> TargetOut:
             "configuration_alert_id": health.configuration_alert_id,
             "last_polled_at": health.last_polled_at,
             "poll_errors": {f"{p.kind}:{p.ref}": p.error for p in health.poll_errors if p.error},
+            "polls": [
+                PollOut(kind=p.kind, ref=p.ref, polled_at=p.polled_at, succeeded_at=p.succeeded_at, error=p.error) for p in health.polls
+            ],
+            "queued_runs": health.queued_runs,
+            "running_runs": health.running_runs,
+            "oldest_queued_at": health.oldest_queued_at,
+            "queue_age_s": health.queue_age_s(datetime.now(UTC)),
+            "last_run": None
+            if health.last_run is None
+            else LastRunOut(
+                id=health.last_run.id,
+                sha=health.last_run.sha,
+                status=health.last_run.status.value,
+                finished_at=health.last_run.finished_at,
+                error=health.last_run.error,
+            ),
         }
     )
 
 
 @router.get("/targets", dependencies=[ReadAuth])
 def get_targets(session: SessionDep) -> list[TargetOut]:
-    """Every watched target, by name, with its health (a configuration error, poll errors)."""
+    """Every watched target, by name, with its health: a configuration error, each poll's last time and error, its
+    queue (runs waiting and running, the oldest's age) and its last finished run."""
     targets = list_targets(session)
     health = targets_health(session, [t.id for t in targets])
     return [_out(target, health[target.id]) for target in targets]

@@ -21,10 +21,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth import hash_token
-from service.models import CaseResult, Commit, Run, RunPurpose, RunStatus
+from service.models import CaseResult, Commit, Notification, NotificationStatus, Run, RunPurpose, RunStatus
 from service.schema import upgrade_to_head
 from tests.e2e.conftest import wait_for
 from tests.support.github import REPO_URL, git_redirect, push_history
+from tests.support.http_fakes import fake_server
 from tests.support.toy_target import ADAPTER, CORRECT, SWAPPED_RESIDUAL, ToyRepo
 from tests.support.workers import add_runs, session_maker
 
@@ -172,3 +173,45 @@ def test_serve_resumes_runs_left_queued_by_a_previous_process(
     assert run_statuses(sqlite_factory) == [(sha, RunStatus.passed)]
     assert f"resume_queued_runs runs=[{run_id}]" in served.output()
     assert served.terminate() == 0, served.output()
+
+
+def test_serve_sends_each_status_while_the_runs_it_is_about_are_running(
+    start_serve: Callable[..., Served], sqlite_factory: sessionmaker[Session], toy_repo: ToyRepo
+) -> None:
+    """Issue 26, item 6: under ``serve`` a commit's ``pending`` status went out after its run had passed, and the
+    failing run's "confirming" 0.1 s before "failure", both queued behind suite runs in the one-task worker. Now
+    the outbox thread sends each before the run it announces has finished."""
+    good = toy_repo.commit(CORRECT, "Add speculative sampling")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "Simplify the residual")
+    with fake_server([(201, {})]) as github:
+        served = start_serve(SPECWATCH_GITHUB_TOKEN="ghp_serve-test", SPECWATCH_GITHUB_API_URL=github.url)
+        with httpx.Client(base_url=served.url, timeout=30) as client:
+            target = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER}
+            assert client.post("/targets", json=target, headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 201
+            push_history(client, SECRET, toy_repo.path, [good, bad])
+
+            def confirmed() -> bool:
+                with sqlite_factory() as session:
+                    events = session.scalars(select(Notification.event).where(Notification.status == NotificationStatus.sent))
+                    return "confirmed" in set(events) or served.proc.poll() is not None
+
+            wait_for(confirmed, timeout=240, what="the failing commit's confirmed status", logs=served.output)
+        assert served.proc.poll() is None, served.output()
+
+    with sqlite_factory() as session:
+        runs = {run.id: run for run in session.scalars(select(Run))}
+        rows = list(session.scalars(select(Notification).order_by(Notification.id)))
+    statuses = [(row.run_id, row.event, row.sent_at) for row in rows if row.status is NotificationStatus.sent]
+    primary = [run for run in runs.values() if run.purpose is RunPurpose.primary]
+    assert len(primary) == 2
+    for run in primary:
+        [pending_sent] = [sent for run_id, event, sent in statuses if run_id == run.id and event == "pending"]
+        assert pending_sent is not None
+        assert run.finished_at is not None
+        assert pending_sent < run.finished_at, (run.id, pending_sent, run.finished_at)
+    [confirmation] = [run for run in runs.values() if run.purpose is RunPurpose.confirmation]
+    [confirming_sent] = [sent for _, event, sent in statuses if event == "confirming"]
+    assert confirming_sent is not None
+    assert confirmation.finished_at is not None
+    assert confirming_sent < confirmation.finished_at, (confirming_sent, confirmation.finished_at)
+    assert [r.body["state"] for r in github.requests if r.body["description"].endswith("confirming with fresh seeds before alerting")]

@@ -86,6 +86,25 @@ def test_run_and_alerts_pages(client: TestClient, seeded: Seeded) -> None:
     assert alerts.text.count('<tr class="alert open"') == 1
 
 
+def test_alerts_page_shows_unresolved_alerts_by_default_with_a_target_filter(client: TestClient, seeded: Seeded) -> None:
+    """Issue 26: the alerts page lists the alerts not resolved by default (a resolved one only on asking), and
+    filters by target."""
+    default = client.get("/ui/alerts").text
+    assert f'id="alert-{seeded.open_alert}"' in default
+    assert f'id="alert-{seeded.resolved_alert}"' not in default
+    assert "not resolved (open or acknowledged)" in default
+    assert f'<option value="{TARGET}">{TARGET}</option>' in default
+    every = client.get("/ui/alerts", params={"state": "all"}).text
+    assert f'id="alert-{seeded.resolved_alert}"' in every
+    assert f'id="alert-{seeded.open_alert}"' in every
+    resolved = client.get("/ui/alerts", params={"state": "resolved", "target": TARGET}).text
+    assert (f'id="alert-{seeded.resolved_alert}"' in resolved, f'id="alert-{seeded.open_alert}"' in resolved) == (True, False)
+    assert f'<option value="{TARGET}" selected>' in resolved
+    assert client.get("/ui/alerts", params={"target": "nope"}).status_code == 404
+    assert client.get("/ui/alerts", params={"state": "closed"}).status_code == 400
+    assert f'id="alert-{seeded.open_alert}"' in client.get("/ui/alerts", params={"target": ""}).text
+
+
 def test_dashboard_404s(client: TestClient, seeded: Seeded) -> None:
     assert client.get("/ui/targets/nope").status_code == 404
     assert client.get("/ui/runs/999999999").status_code == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from click.testing import Result
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.models import Run, RunStatus
 from tests.support.history import CASES, FAILING_CASE, TARGET, Seeded, seed_history
 
 pytestmark = pytest.mark.integration
@@ -110,3 +112,35 @@ def test_alerts_list_ack_resolve(rolled_back_factory: sessionmaker[Session], see
     again = specwatch(rolled_back_factory, "alerts", "ack", str(seeded.open_alert))
     assert again.exit_code == 2
     assert "only an open alert" in again.output
+
+
+def test_rerun_records_the_reason_and_leaves_the_run_due_for_the_sweeper(
+    rolled_back_factory: sessionmaker[Session], seeded: Seeded
+) -> None:
+    """``specwatch rerun`` (issue 26): a new primary run of the commit with the reason and who asked; the command
+    cannot reach ``specwatch serve``'s in-process queue, so the run is due at once for the workers' sweeper."""
+    result = specwatch(rolled_back_factory, "rerun", TARGET, seeded.shas[6][:8], "--reason", "flaky worker", "--json")
+    assert result.exit_code == 0, result.output
+    done = json.loads(result.stdout)
+    assert (done["sha"], done["reason"]) == (seeded.shas[6], "flaky worker")
+    assert done["requested_by"].startswith("cli:")
+    with rolled_back_factory() as session:
+        run = session.get(Run, done["run_id"])
+        assert run is not None
+        assert (run.status, run.rerun_reason, run.seed_attempt) == (RunStatus.queued, "flaky worker", 0)
+        assert run.lease_expires_at is not None
+        assert run.lease_expires_at <= datetime.now(UTC)
+    again = specwatch(rolled_back_factory, "rerun", TARGET, seeded.shas[6][:8], "--reason", "again")
+    assert again.exit_code == 2
+    assert "still queued or running" in again.output
+    assert specwatch(rolled_back_factory, "rerun", TARGET, seeded.shas[6][:8], "--reason", " ").exit_code == 2
+    assert specwatch(rolled_back_factory, "rerun", TARGET, "feedbeef", "--reason", "x").exit_code == 2
+    shown = specwatch(rolled_back_factory, "history", TARGET)
+    assert shown.exit_code == 0, shown.output
+    assert "flaky worker" in shown.stdout
+    assert "re-run by cli:" in shown.stdout
+    listed = specwatch(rolled_back_factory, "targets", "list")
+    assert listed.exit_code == 0, listed.output
+    assert "2 queued (oldest" in " ".join(listed.stdout.split())
+    [row] = json.loads(specwatch(rolled_back_factory, "targets", "list", "--json").stdout)
+    assert (row["queued_runs"], row["last_run"]["status"]) == (2, "passed")

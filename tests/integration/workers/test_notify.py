@@ -6,6 +6,7 @@ moves to each row's next_attempt_at between passes.
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -29,7 +30,7 @@ from service.models import (
 )
 from tests.support.http_fakes import block_kit_problems, fake_server
 from workers.analysis import AnalysisConfig, analyse
-from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
+from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status, slack_message
 
 SLACK_PATH = "/services/T000/B000/secret-part"
 TOKEN = "ghp_super-secret-token"
@@ -268,3 +269,35 @@ def test_a_failing_run_shows_pending_until_its_confirmation_decides(
         analyse(session, confirmation_id, config=config, now=now)
         assert _statuses(session, primary.id)[1:] == [final]
         assert _statuses(session, confirmation_id) == []
+
+
+def test_an_error_alert_message_links_its_run_and_log_and_a_capped_e_value_says_so() -> None:
+    """Issue 26: a broken-commit alert's message shows the error and links the run's log; an e-value past the cap is
+    not shown as 1e+300."""
+    target = Target(name="toy", repo_url="https://github.com/octo-org/toy", adapter="toy:f", branches=["main"])
+    commit = Commit(target=target, sha="b" * 40, branch="main", branch_order=3)
+    broken = Alert(
+        id=7,
+        target=target,
+        branch="main",
+        first_bad_commit=commit,
+        kind=AlertKind.broken,
+        detected_run_id=41,
+        cases=[{"case_id": "(suite)", "reason": "broken", "error": "ImportError: no module named toy_lib"}],
+    )
+    text = json.dumps(slack_message(broken, "opened", "http://dash.example"))
+    assert "ImportError: no module named toy_lib" in text
+    assert "<http://dash.example/ui/runs/41#log|run 41 and its log>" in text
+    assert "<http://dash.example/ui/alerts/7|Open on the dashboard>" in text
+    capped = Alert(
+        id=8,
+        target=target,
+        branch="main",
+        first_bad_commit=commit,
+        kind=AlertKind.violation,
+        cases=[{"case_id": "direct/x", "reason": "lossless", "e_value": 1e300, "log_e_value": 2118.3, "threshold": 2e5}],
+    )
+    text = json.dumps(slack_message(capped, "opened", "http://dash.example"))
+    assert "1e+300" not in text
+    assert "e-value capped" in text
+    assert "run 8 and its log" not in text

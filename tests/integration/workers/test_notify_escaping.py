@@ -78,7 +78,7 @@ def test_library_text_reaches_slack_as_literal_text(backend_factory: sessionmake
     assert "<https://evil.example" not in joined  # no link at all to it: the label cannot disguise it
     assert "&lt;!channel&gt;" in joined  # shown, as text
     # Our own links still are links, and every mrkdwn object is verbatim (no auto-linking, no @mentions).
-    assert re.search(r"<http://127\.0\.0\.1:8000/ui/alerts#alert-\d+\|Open on the dashboard>", joined)
+    assert re.search(r"<http://127\.0\.0\.1:8000/ui/alerts/\d+\|Open on the dashboard>", joined)
     mrkdwn_objects = [b["text"] for b in body["blocks"] if isinstance(b.get("text"), dict) and b["text"]["type"] == "mrkdwn"]
     assert mrkdwn_objects
     assert all(o.get("verbatim") is True for o in mrkdwn_objects)

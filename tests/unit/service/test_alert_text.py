@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.alert_text import CUT_MARKER, cut, drift_text, mrkdwn
+from service.alert_text import CUT_MARKER, cut, drift_text, evidence_text, mrkdwn
 
 pytestmark = pytest.mark.unit
 
@@ -29,3 +29,23 @@ def test_drift_text_shows_no_string_figures() -> None:
     assert text is not None
     assert "<!" not in text
     assert "vs baseline 0.500" in text
+
+
+def test_a_capped_e_value_says_it_is_capped_not_1e300() -> None:
+    """The suite stores e-values past 1e300 as 1e300 (JSON has no infinity): the message says the e-value is
+    capped and shows log E against the log threshold instead of a made-up number (issue 26)."""
+    entry = {"case_id": "c", "reason": "lossless", "e_value": 1e300, "log_e_value": 2118.3, "threshold": 2e5}
+    text = evidence_text(entry)
+    assert "1e+300" not in text
+    assert "capped" in text
+    assert "log E 2118 ≥ log threshold 12.21" in text
+    assert "threshold 2e+05" in text
+
+
+def test_an_ordinary_e_value_and_an_impossible_observation() -> None:
+    assert (
+        evidence_text({"reason": "lossless", "e_value": 1e9, "log_e_value": 20.7, "threshold": 1.2e5})
+        == "e-value 1e+09 (threshold 1.2e+05)"
+    )
+    assert evidence_text({"reason": "lossless", "e_value": None, "log_e_value": None, "threshold": 1e4}).startswith("e-value ∞")
+    assert "<" not in evidence_text({"reason": "lossless", "e_value": "<!channel>", "log_e_value": 3.0, "threshold": "<!here>"})

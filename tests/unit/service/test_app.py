@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -42,6 +43,8 @@ def test_the_routes_are_mounted() -> None:
         "/overview",
         "/targets/{name}/commits",
         "/runs/{run_id}",
+        "/runs/{run_id}/log",
+        "/targets/{name}/commits/{sha}/rerun",
         "/targets/{name}/cases/{case_id}/history",
         "/compare",
         "/alerts",
@@ -50,3 +53,23 @@ def test_the_routes_are_mounted() -> None:
         "/alerts/{alert_id}/resolve",
     }
     assert set(paths["/webhooks/github"]) == {"post"}
+
+
+def test_the_api_docs_load_nothing_from_another_host() -> None:
+    """/docs and /redoc work offline (issue 26: Swagger UI came from a CDN, a blank page without internet): every
+    script and stylesheet they name is served by the application itself, and Swagger UI's is a 5.x release (it
+    renders the OpenAPI 3.1 document FastAPI makes)."""
+    with TestClient(create_app(Settings(env="test", database_url="sqlite://"))) as client:
+        for page in ("/docs", "/redoc"):
+            html = client.get(page)
+            assert html.status_code == 200
+            assets = re.findall(r'(?:src|href)="([^"]+)"', html.text)
+            assert assets, html.text
+            assert not [a for a in assets if "//" in a], assets
+            for asset in assets:
+                answer = client.get(asset)
+                assert answer.status_code == 200, asset
+                assert len(answer.content) > 1000, asset
+        swagger = client.get(next(a for a in re.findall(r'src="([^"]+)"', client.get("/docs").text) if "swagger" in a)).text
+        assert "OpenAPI31" in swagger
+        assert client.get("/openapi.json").json()["openapi"].startswith("3.1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.db import make_engine, session_scope
 from service.models import Commit, Run
-from service.targets import get_target
+from service.targets import KNOWN_ADAPTERS, get_target
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
@@ -60,7 +61,10 @@ def test_add_list_remove(factory: sessionmaker[Session]) -> None:
 
     listed = specwatch(factory, "targets", "list", "--json")
     assert listed.exit_code == 0, listed.output
-    assert json.loads(listed.stdout) == [
+    [row] = json.loads(listed.stdout)
+    health = {key: row.pop(key) for key in ("configuration_error", "polls", "queued_runs", "running_runs", "queue_age_s", "last_run")}
+    assert health == {"configuration_error": None, "polls": [], "queued_runs": 0, "running_runs": 0, "queue_age_s": None, "last_run": None}
+    assert [row] == [
         {
             "name": "transformers",
             "repo_url": "https://github.com/huggingface/transformers",
@@ -79,7 +83,7 @@ def test_add_list_remove(factory: sessionmaker[Session]) -> None:
     with session_scope(factory) as session:
         target = get_target(session, "transformers")
         session.add(Run(commit=Commit(target=target, sha="a" * 40), profile="default"))
-    removed = specwatch(factory, "targets", "remove", "transformers")
+    removed = specwatch(factory, "targets", "remove", "transformers", "--yes")
     assert removed.exit_code == 0, removed.output
     assert "removed target transformers (1 commit(s), 1 run(s))" in removed.output
     assert json.loads(specwatch(factory, "targets", "list", "--json").stdout) == []
@@ -131,6 +135,7 @@ def test_bad_input_exits_2_with_a_clear_message(factory: sessionmaker[Session], 
             "invalid repository 'nope'",
         ),
         (["targets", "remove", "nothing"], "no target named 'nothing'"),
+        (["targets", "remove", "nothing", "--yes"], "no target named 'nothing'"),
     ],
 )
 def test_more_bad_input(factory: sessionmaker[Session], args: list[str], message: str) -> None:
@@ -165,13 +170,63 @@ def test_the_installed_command_uses_the_configured_database(tmp_path: Path) -> N
     assert [t["name"] for t in json.loads(listed.stdout)] == ["transformers"]
 
 
-def test_an_unmigrated_or_unreachable_database_is_one_line_exit_1(tmp_path: Path) -> None:
+def test_an_unmigrated_database_is_one_line_exit_1_saying_how_to_point_at_one(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
     try:
         result = specwatch(sessionmaker(bind=engine), "targets", "list")
     finally:
         engine.dispose()
     assert result.exit_code == 1, result.output
-    assert "database error at sqlite:///" in result.output
+    assert "the database at sqlite:///" in result.output
     assert "no such table: targets" in result.output
+    assert "SPECWATCH_DATABASE_URL" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_missing_database_file_is_not_created(tmp_path: Path) -> None:
+    """Outside the serve folder the default ./specwatch.db does not exist: say which database was looked for
+    and how to point at one, and leave no empty file behind (issue 26)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_DATABASE")}
+    command_ = [sys.executable, "-c", "from service.cli import main; main()"]
+    for args in (["alerts"], ["history", "x"], ["targets", "list"]):
+        result = subprocess.run([*command_, *args], env=env, capture_output=True, text=True, cwd=tmp_path, check=False)
+        assert result.returncode == 1, result.stderr
+        assert f"no specwatch database at {tmp_path / 'specwatch.db'}" in " ".join(result.stderr.split())
+        assert "SPECWATCH_DATABASE_URL" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_remove_asks_first_and_keeps_the_target_when_refused(factory: sessionmaker[Session]) -> None:
+    assert specwatch(factory, *ADD, "--adapter", "transformers", "--install", "source").exit_code == 0
+    refused = runner.invoke(app, ["targets", "remove", "transformers"], obj=factory, input="n\n")
+    assert refused.exit_code == 2, refused.output
+    assert "remove target 'transformers' and delete its history (0 commit(s), 0 run(s))?" in refused.output
+    assert "kept" in refused.output
+    assert [t["name"] for t in json.loads(specwatch(factory, "targets", "list", "--json").stdout)] == ["transformers"]
+    confirmed = runner.invoke(app, ["targets", "remove", "transformers"], obj=factory, input="y\n")
+    assert confirmed.exit_code == 0, confirmed.output
+    assert "removed target transformers" in confirmed.output
+    assert json.loads(specwatch(factory, "targets", "list", "--json").stdout) == []
+
+
+def test_the_readme_commands_work_as_written(factory: sessionmaker[Session]) -> None:
+    """Every ``specwatch targets add`` line of the README parses and adds its target (issue 26: the vLLM one
+    lacked ``--branch``, which now defaults to main)."""
+    readme = (ROOT / "README.md").read_text()
+    lines = [line.strip() for line in readme.splitlines() if line.strip().startswith("specwatch targets add ")]
+    assert any(" vllm " in line for line in lines)
+    for line in lines:
+        args = shlex.split(line)[1:]
+        assert specwatch(factory, *args).exit_code == 0, line
+    [vllm] = [t for t in json.loads(specwatch(factory, "targets", "list", "--json").stdout) if t["name"] == "vllm"]
+    assert vllm["branches"] == ["main"]
+
+
+def test_adapter_help_lists_every_known_adapter() -> None:
+    result = runner.invoke(app, ["targets", "add", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0
+    for adapter in KNOWN_ADAPTERS:
+        assert f"{adapter} (" in result.output
+    assert "module:function" in result.output

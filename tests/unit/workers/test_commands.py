@@ -128,6 +128,7 @@ def test_the_embedded_worker_changes_only_the_broker_and_results() -> None:
     assert config["broker_url"] == EMBEDDED_BROKER_URL == "memory://localhost/"
     assert config["result_backend"] is None
     assert config["task_ignore_result"] is True
-    # Queues, routes, time limits and the beat schedule stay the production ones.
+    # Queues, routes, time limits and the beat schedule stay the production ones (but for the outbox's route,
+    # workers.embedded_outbox.outbox_config, tested with the outbox thread).
     assert not {"task_queues", "task_routes", "task_annotations", "beat_schedule"} & set(config)
     assert set(EMBEDDED_QUEUES) == {queue.name for queue in production["task_queues"]}
