@@ -9,8 +9,8 @@ import pytest
 
 import specwatch
 import workers
-from workers import isolation
-from workers.isolation import Sandbox, resolve_sandbox
+from specwatch import sandbox as isolation
+from specwatch.sandbox import Sandbox, resolve_sandbox
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand
 
 BWRAP = Sandbox("bwrap", bwrap="/usr/bin/bwrap", read_only=(Path("/opt/python"),), devices=("/dev/null",))
