@@ -30,6 +30,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,9 +40,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import specwatch
-
 log = logging.getLogger(__name__)
+
+#: The ``specwatch`` package's folder: bound read-only into every sandbox (the suite, and the API a sampler imports).
+PACKAGE = Path(__file__).resolve().parent
 
 # What of /etc a Python needs (the dynamic loader, names of users and hosts, TLS roots for a pip install):
 # the rest of /etc (shadow, the host's own configuration) is not bound.
@@ -121,8 +123,7 @@ class Sandbox:
             for pattern in self.devices:
                 for node in sorted(glob.glob(pattern)):
                     args += ["--dev-bind", node, node]
-        package = Path(specwatch.__file__).resolve().parent
-        for folder in (*self.read_only, package, *read_only):
+        for folder in (*self.read_only, PACKAGE, *read_only):
             args += ["--ro-bind", str(folder), str(folder)]
         for folder in writable:
             args += ["--bind", str(folder), str(folder)]
@@ -258,3 +259,29 @@ def with_limits(command: list[str], python: str, max_processes: int | None, memo
     if max_processes is None and memory_bytes is None:
         return command
     return [python, "-c", LAUNCHER, str(max_processes or 0), str(memory_bytes or 0), *command]
+
+
+#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA (specwatch.targets.install).
+KERNELS_ONLY_FROM = (0, 34)
+
+
+def release_folder_name(requirement: str, *, kernels_only: bool = False) -> str:
+    """The release cache entry of ``requirement`` (a folder of ``SPECWATCH_CACHE_DIR/pip``)."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels_only else "")
+
+
+def may_be_kernels_only(requirement: str) -> bool:
+    """Whether ``requirement`` is a vLLM release from :data:`KERNELS_ONLY_FROM` on (installed kernels-only where
+    torch sees no CUDA device)."""
+    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    return found is not None and (int(found[1]), int(found[2])) >= KERNELS_ONLY_FROM
+
+
+def release_entries(cache: Path, requirement: str) -> list[Path]:
+    """The release cache entries an install of ``requirement`` may write under ``cache`` (``SPECWATCH_CACHE_DIR``):
+    its folder, and its kernels-only folder where it may be one. During that install they are the only writable
+    part of the cache: the entries of other releases are bound read-only."""
+    names = [release_folder_name(requirement)]
+    if may_be_kernels_only(requirement):
+        names.append(release_folder_name(requirement, kernels_only=True))
+    return [cache / "pip" / name for name in names]

@@ -35,7 +35,7 @@ from typing import Any
 
 import specwatch
 from specwatch.protocol import ExitStatus
-from specwatch.sandbox import Sandbox, suite_environment, with_limits
+from specwatch.sandbox import Sandbox, release_entries, suite_environment, with_limits
 from workers.cgroups import RunCgroup, make_run_cgroup
 from workers.limits import RunLimits, over_limit
 
@@ -208,7 +208,7 @@ def run_suite_process(
     """Run the suite in ``scratch`` (its cwd and HOME) until it exits, the deadline passes or ``should_abort``.
 
     Isolated as ``command.sandbox`` says; a pip-mode run in a sandbox installs its release first, in a step of
-    its own with the network (the same deadline covers both). Files left in ``scratch``: ``result.json`` (the
+    its own with the network and only that release's cache entry writable (the same deadline covers both). Files left in ``scratch``: ``result.json`` (the
     run result), ``suite.out`` (JSON-lines events), ``suite.err``. ``spawn_lock`` is held across the fork so
     that no other thread of ours holds a lock then.
     """
@@ -254,12 +254,16 @@ def run_suite_process(
         code: int | None = 0
         timed_out = aborted = False
         if command.pip and sandbox.mode != "off" and cache is not None:
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / "pip").mkdir(exist_ok=True)
-            if sandbox.switches_uid:
-                os.chown(cache / "pip", sandbox.uid, sandbox.gid)
+            # Only this release's cache entry is writable: the entries of other releases are bound read-only.
+            entries = release_entries(cache, command.pip)
+            for entry in entries:
+                entry.mkdir(parents=True, exist_ok=True)
+                if sandbox.switches_uid:
+                    os.chown(entry, sandbox.uid, sandbox.gid)
             install_argv = confined(command.install_argv())
-            install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, cache], read_only=checkout_paths, network=True)
+            install = sandbox.argv(
+                install_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache], network=True
+            )
             code, timed_out, aborted = step.run(install, deadline, should_abort)
         if code == 0 and not (timed_out or aborted):
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]

@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from specwatch.protocol import ExitStatus
+from specwatch.sandbox import may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
 
 #: Packages the suite itself provides: a release must not bring its own copies.
@@ -43,9 +44,6 @@ _COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 _PIP_LOG = ".pip.log"
 #: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
 _BINARY_CRITICAL = ("torch",)
-#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA: its rejection sampler is
-#: the model-runner-v2 one, pure Triton kernels (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``).
-KERNELS_ONLY_FROM = (0, 34)
 #: vLLM's requirements that ``import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils`` (and the processing
 #: step's modules) needs, found by importing it from a folder with the wheel alone; installed with their own
 #: dependencies at the versions the wheel asks for. The rest of the wheel's requirements (the engine's server,
@@ -136,7 +134,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
     kernels = kernels_only(requirement)
-    target = cache_root() / (re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels else ""))
+    target = cache_root() / release_folder_name(requirement, kernels_only=kernels)
     done = target / ".specwatch-complete"
     if done.exists():
         return target
@@ -170,8 +168,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
 def kernels_only(requirement: str) -> bool:
     """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` (the CUDA
     wheel, whose engine needs CUDA) on a machine where torch sees no CUDA device."""
-    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
-    if found is None or (int(found[1]), int(found[2])) < KERNELS_ONLY_FROM:
+    if not may_be_kernels_only(requirement):
         return False
     import torch  # noqa: PLC0415 - only for a vLLM requirement
 
