@@ -208,9 +208,9 @@ def run_suite_process(
     """Run the suite in ``scratch`` (its cwd and HOME) until it exits, the deadline passes or ``should_abort``.
 
     Isolated as ``command.sandbox`` says; a pip-mode run in a sandbox installs its release first, in a step of
-    its own with the network and only that release's cache entry writable (the same deadline covers both). Files left in ``scratch``: ``result.json`` (the
-    run result), ``suite.out`` (JSON-lines events), ``suite.err``. ``spawn_lock`` is held across the fork so
-    that no other thread of ours holds a lock then.
+    its own with the network and only that release's cache entry writable (the same deadline covers both). Files
+    left in ``scratch``: ``result.json`` (the run result), ``suite.out`` (JSON-lines events), ``suite.err``.
+    ``spawn_lock`` is held across the fork so that no other thread of ours holds a lock then.
     """
     make_non_dumpable()
     sandbox = command.sandbox or Sandbox("off", reason="no sandbox configured")
