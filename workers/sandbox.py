@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import specwatch
+from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
 from specwatch.sandbox import Sandbox, release_entries, suite_environment, with_limits
 from workers.cgroups import RunCgroup, make_run_cgroup
@@ -208,7 +209,7 @@ def run_suite_process(
     """Run the suite in ``scratch`` (its cwd and HOME) until it exits, the deadline passes or ``should_abort``.
 
     Isolated as ``command.sandbox`` says; a pip-mode run in a sandbox installs its release first, in a step of
-    its own with the network and only that release's cache entry writable (the same deadline covers both). Files
+    its own that reaches only the package index and writes only that release's cache entry (the same deadline covers both). Files
     left in ``scratch``: ``result.json`` (the run result), ``suite.out`` (JSON-lines events), ``suite.err``.
     ``spawn_lock`` is held across the fork so that no other thread of ours holds a lock then.
     """
@@ -260,11 +261,14 @@ def run_suite_process(
                 entry.mkdir(parents=True, exist_ok=True)
                 if sandbox.switches_uid:
                     os.chown(entry, sandbox.uid, sandbox.gid)
-            install_argv = confined(command.install_argv())
-            install = sandbox.argv(
-                install_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache], network=True
-            )
-            code, timed_out, aborted = step.run(install, deadline, should_abort)
+            if sandbox.mode == "bwrap":  # the package index only, through the proxy (specwatch.index_proxy)
+                index = scratch / "index.sock"
+                install_argv = confined(forwarded(command.install_argv(), command.python, index))
+                install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
+                with serving(index, index_hosts(env, command.python)):
+                    code, timed_out, aborted = step.run(install, deadline, should_abort)
+            else:
+                code, timed_out, aborted = step.run(command.install_argv(), deadline, should_abort)
         if code == 0 and not (timed_out or aborted):
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
             argv = sandbox.argv(confined(command.argv(result_path)), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)

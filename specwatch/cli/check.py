@@ -252,6 +252,8 @@ def _run(args: list[str], *, pip: str | None, source: Path | None, target: str |
             got.code, got.error = isolated.run_install(plan)
         if got.code == 0:
             got = _stream(plan.command, plan)
+        if got.code == ExitStatus.VIOLATION and got.run is None:  # not the suite's verdict: bubblewrap's own failure
+            got.code = ExitStatus.USAGE
     return got, plan
 
 

@@ -4,7 +4,8 @@ bubblewrap runs here, or as the caller (``--no-sandbox``, or bubblewrap missing:
 In the sandbox the code under test (a ``--pip`` release, a ``--source`` checkout, a ``--target module:function``
 sampler) gets a clean environment (no ``SPECWATCH_*`` variable, no database URL, no token: only PATH, LANG, the
 thread counts and, for the install step alone, pip's ``PIP_*`` settings), a scratch HOME, no network (a ``--pip``
-release is installed first, in a step of its own with the network, writing only that release's cache entry), and
+release is installed first, in a step of its own that reaches only the package index (:mod:`specwatch.index_proxy`)
+and writes only that release's cache entry), and
 the filesystem as read-only binds: the system, the interpreter, the ``specwatch`` package, the code under test and
 the release cache. ``~/.ssh``, ``/etc/shadow``, the other processes' ``/proc/<pid>/environ`` are not there. Each
 process is limited to :data:`MEMORY_LIMIT_BYTES` of address space, the sandbox's user namespace to
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
 from specwatch.sandbox import GPU_DEVICES, PACKAGE, Sandbox, bubblewrap, release_entries, suite_environment, with_limits
 
@@ -49,6 +51,9 @@ class Plan:
     install_env: dict[str, str] = field(default_factory=dict)
     # Started as this (uid, gid) (a root caller's bubblewrap, so that its tasks count against RLIMIT_NPROC).
     user: tuple[int, int] | None = None
+    # The install step's way to the package index (specwatch.index_proxy): its socket, the (host, port) it may reach.
+    index_socket: Path | None = None
+    index: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def sandboxed(self) -> bool:
@@ -118,7 +123,7 @@ def plan(
     read_only: list[Path] = []
     cwd = scratch
     user_path = _existing(os.environ.get("PYTHONPATH", "").split(os.pathsep))
-    if source is not None:
+    if source is not None and source.expanduser().is_dir():  # a missing one: the suite says so
         read_only.append(source.expanduser().resolve())
     if target is not None and ":" in target and not target.startswith("mutant:"):
         cwd = Path.cwd().resolve()  # python -m puts it first on sys.path: where a module:function target is found
@@ -135,6 +140,8 @@ def plan(
     read_only += user_path
     install: list[str] | None = None
     install_env: dict[str, str] = {}
+    index_socket: Path | None = None
+    index: frozenset[tuple[str, int]] = frozenset()
     writable = [scratch]
     if pip is not None:
         cache = Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch").expanduser().resolve()
@@ -144,12 +151,14 @@ def plan(
         env["SPECWATCH_CACHE_DIR"] = str(cache)
         install_env = env | {name: value for name, value in os.environ.items() if _PIP.fullmatch(name)}
         pip_paths = _existing(v.removeprefix("file://") for k, v in install_env.items() if _PIP.fullmatch(k) for v in v.split())
+        index_socket = scratch / "index.sock"
+        index = frozenset(index_hosts(install_env, python))
+        step = forwarded([python, "-m", "specwatch.targets.install", pip], python, index_socket)
         install = sandbox.argv(
-            with_limits([python, "-m", "specwatch.targets.install", pip], python, MAX_PROCESSES, MEMORY_LIMIT_BYTES),
+            with_limits(step, python, MAX_PROCESSES, MEMORY_LIMIT_BYTES),
             cwd=scratch,
             writable=[scratch, *entries],
             read_only=[*read_only, cache, *pip_paths],  # the cache read-only under the entry being built
-            network=True,
         )
         read_only.append(cache)
     user = None
@@ -160,15 +169,16 @@ def plan(
     argv = sandbox.argv(
         with_limits(command, python, MAX_PROCESSES, MEMORY_LIMIT_BYTES), cwd=cwd, writable=writable, read_only=read_only, gpu=gpu
     )
-    return Plan(sandbox, argv, env, scratch, install, install_env, user)
+    return Plan(sandbox, argv, env, scratch, install, install_env, user, index_socket, index)
 
 
 def run_install(plan: Plan) -> tuple[int, str | None]:
     """The install step of a sandboxed ``--pip`` run: its exit status (0, or as the suite's: 3 pip could not install
     the release, 2 otherwise) and the last line of its standard error (the reason, when it failed)."""
     assert plan.install is not None
+    assert plan.index_socket is not None
     last: str | None = None
-    with subprocess.Popen(  # noqa: S603 -- bubblewrap and our interpreter, no shell
+    with serving(plan.index_socket, plan.index), subprocess.Popen(  # noqa: S603 -- bubblewrap and our interpreter, no shell
         plan.install, cwd=plan.cwd, env=plan.install_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True, **plan.popen_options(),
     ) as proc:  # fmt: skip

@@ -11,6 +11,7 @@ import pytest
 import specwatch
 import workers
 from specwatch import sandbox as isolation
+from specwatch.index_proxy import FORWARDER
 from specwatch.sandbox import Sandbox, release_entries, resolve_sandbox
 from workers import sandbox as worker_sandbox
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand
@@ -129,7 +130,8 @@ def test_the_install_step_writes_only_its_own_release_cache_entry(tmp_path: Path
     scratch.mkdir()
     worker_sandbox.run_suite_process(command, scratch)
     install, test = steps
-    assert "--share-net" in install
+    assert "--share-net" not in install  # the index only, through the proxy's socket (test_index_proxy)
+    assert FORWARDER in install
     assert "--share-net" not in test
     (entry,) = release_entries(cache, "transformers==4.46.3")
     probe = (

@@ -159,14 +159,16 @@ def test_the_run_step_has_no_network_and_a_clean_environment(tmp_path: Path, mon
 
 
 @pytest.mark.unit
-def test_a_release_installs_with_the_network_writing_only_its_own_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_release_installs_from_the_index_only_writing_only_its_own_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "scratch").mkdir()
     cache = tmp_path / "cache"
     monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(cache))
     monkeypatch.setenv("PIP_INDEX_URL", "https://index.example/simple")
     plan = _plan(tmp_path, ["run", "--events", "--pip", "transformers==4.46.3"], pip="transformers==4.46.3")
     assert plan.install is not None
-    assert "--share-net" in plan.install
+    assert "--share-net" not in plan.install  # the index only, through the proxy (test_index_proxy)
+    assert ("index.example", 443) in plan.index
+    assert ("pypi.org", 443) not in plan.index
     assert plan.install_env["PIP_INDEX_URL"] == "https://index.example/simple"
     (entry,) = release_entries(cache, "transformers==4.46.3")
     assert entry.is_dir()
