@@ -5,7 +5,7 @@ any ``/proc/<pid>/environ``; a key in ``~/.ssh`` (a fake home holding one); ``/e
 127.0.0.1:5432 (PostgreSQL) and 127.0.0.1:6379 (Redis); writing a file into the installed ``specwatch`` package.
 It then raises with what it saw, so that the case's reason carries it. ``check`` runs once sandboxed (the default)
 and once with ``--no-sandbox`` (the behaviour before). Printed per run: the isolation ``check`` reports, the wall
-time and the peak resident memory of the check process tree (``ru_maxrss`` of the children), and what leaked::
+time, and what leaked::
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/check_hostile.py
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -83,14 +82,13 @@ def main() -> None:
             started = time.monotonic()
             done = subprocess.run([*argv, *extra], cwd=project, env=env, capture_output=True, text=True, check=False)
             wall = time.monotonic() - started
-            peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             payload = json.loads(out.read_text())
             reason = payload["results"][0]["reason"]
             seen = json.loads(reason[reason.index("PROBE ") + 6 :].splitlines()[0])
             isolation = payload["isolation"]
             print(
                 f"check {' '.join(extra) or '(default)'}: exit {done.returncode}, isolation {isolation['mode']}"
-                f" ({isolation['reason'] or 'bubblewrap'}), {wall:.1f} s, peak RSS of a child so far {peak_mb:.0f} MB"
+                f" ({isolation['reason'] or 'bubblewrap'}), {wall:.1f} s"
             )
             print(f"  reached: {json.dumps(seen)}")
 
