@@ -67,15 +67,18 @@ class Plan:
         """One line for the table's title and the summary: which isolation the run had."""
         if self.sandboxed:
             gib = MEMORY_LIMIT_BYTES // 1024**3
+            # The kernel does not count root's tasks: run as root without the uid switch, RLIMIT_NPROC does nothing.
+            processes = f"{MAX_PROCESSES} processes" if os.geteuid() != 0 or self.user is not None else "no process limit (run as root)"
             return (
-                f"sandboxed (bubblewrap: clean environment, no network after the install, read-only files, {MAX_PROCESSES} processes, "
+                f"sandboxed (bubblewrap: clean environment, no network after the install, read-only files, {processes}, "
                 f"{gib} GiB per process)"
             )
         return f"NOT sandboxed ({self.sandbox.reason})"
 
     def as_json(self) -> dict[str, Any]:
         """What ``--json`` records of it: ``{"mode": "bwrap" | "none", "reason", "limits"}``."""
-        limits = {"max_processes": MAX_PROCESSES, "memory_per_process_bytes": MEMORY_LIMIT_BYTES} if self.sandboxed else None
+        processes = MAX_PROCESSES if os.geteuid() != 0 or self.user is not None else None  # None: root's tasks are not counted
+        limits = {"max_processes": processes, "memory_per_process_bytes": MEMORY_LIMIT_BYTES} if self.sandboxed else None
         return {"mode": "bwrap" if self.sandboxed else "none", "reason": self.sandbox.reason, "limits": limits}
 
 
