@@ -263,6 +263,8 @@ def with_limits(command: list[str], python: str, max_processes: int | None, memo
 
 #: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA (specwatch.targets.install).
 KERNELS_ONLY_FROM = (0, 34)
+#: Per library, the first release installed kernels-only where torch sees no CUDA device (CUDA wheels).
+KERNELS_ONLY_SINCE = {"vllm": KERNELS_ONLY_FROM, "sglang": (0, 5)}
 
 
 def release_folder_name(requirement: str, *, kernels_only: bool = False) -> str:
@@ -271,10 +273,10 @@ def release_folder_name(requirement: str, *, kernels_only: bool = False) -> str:
 
 
 def may_be_kernels_only(requirement: str) -> bool:
-    """Whether ``requirement`` is a vLLM release from :data:`KERNELS_ONLY_FROM` on (installed kernels-only where
-    torch sees no CUDA device)."""
-    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
-    return found is not None and (int(found[1]), int(found[2])) >= KERNELS_ONLY_FROM
+    """Whether ``requirement`` is a release of a library in :data:`KERNELS_ONLY_SINCE` from its first kernels-only
+    release on (installed kernels-only where torch sees no CUDA device)."""
+    found = re.fullmatch(r"(vllm|sglang)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    return found is not None and (int(found[2]), int(found[3])) >= KERNELS_ONLY_SINCE[found[1]]
 
 
 def release_entries(cache: Path, requirement: str) -> list[Path]:
