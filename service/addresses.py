@@ -1,7 +1,8 @@
 """Whether a host is private: a loopback, private, link-local or otherwise non-global address, written in any
 form git's resolver reads as an address, a name that means this machine, or a name that resolves to such an
 address. The repository policy (:class:`service.targets.RepoPolicy`) refuses private hosts with these, when a
-target is added and again in the worker just before git connects (:mod:`workers.checkout`).
+target is added and again in the worker just before git connects (:mod:`workers.checkout`, which then pins git to
+the addresses it checked).
 """
 
 from __future__ import annotations
@@ -45,11 +46,16 @@ def is_private_host(host: str) -> bool:
     return address is not None and is_private_address(address)
 
 
-def resolves_to_private(host: str) -> bool:
-    """Whether a name resolves to a private address (checked by the worker just before git connects; a name
-    that does not resolve is left to git, which fails on it)."""
+def resolve(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses ``host`` resolves to for TCP ``port`` (in the resolver's order, each once); empty when it does
+    not resolve."""
     try:
-        infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+        infos = socket.getaddrinfo(host.strip("[]"), port, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
-        return False
-    return any(is_private_address(ipaddress.ip_address(str(info[4][0]).split("%")[0])) for info in infos)
+        return []
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if address not in found:
+            found.append(address)
+    return found

@@ -25,14 +25,14 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from service.addresses import is_private_host, resolves_to_private
+from service.addresses import ip_of, is_private_address, is_private_host, resolve
 from service.logsafe import loggable
 from service.targets import RepoPolicy, TargetError, redact_url, validate_repo_url
 
@@ -111,10 +111,11 @@ def _policy_args(policy: RepoPolicy) -> list[str]:
     return args
 
 
-def git(*args: str, cwd: Path | None = None, timeout: float = 600, policy: RepoPolicy | None = None) -> str:
-    """Run git (with ``protocol.allow`` restricted to ``policy``'s protocols; default: the strict policy); its
-    stdout, or :class:`CheckoutError` with a one-line summary (git's stderr goes to the log)."""
-    command = ["git", *_policy_args(policy or RepoPolicy()), *args]
+def git(*args: str, cwd: Path | None = None, timeout: float = 600, policy: RepoPolicy | None = None, options: Sequence[str] = ()) -> str:
+    """Run git (with ``protocol.allow`` restricted to ``policy``'s protocols; default: the strict policy; ``options``:
+    more ``-c`` options, the host pinned by :func:`check_repository`); its stdout, or :class:`CheckoutError` with a
+    one-line summary (git's stderr goes to the log)."""
+    command = ["git", *_policy_args(policy or RepoPolicy()), *options, *args]
     what = f"git {args[0]}" if args else "git"
     try:
         done = subprocess.run(  # noqa: S603 -- fixed executable, arguments validated by the callers
@@ -137,19 +138,36 @@ def validate_sha(sha: str) -> str:
     return sha.lower()
 
 
-def check_repository(repo_url: str, policy: RepoPolicy) -> str:
-    """``repo_url`` if ``policy`` allows it, also after resolving its host (a name of a private address);
-    else :class:`CheckoutError`."""
+def check_repository(repo_url: str, policy: RepoPolicy) -> list[str]:
+    """The git options that pin ``repo_url``'s host to the addresses checked here, if ``policy`` allows the
+    repository, also after resolving its host (a name of a private address); else :class:`CheckoutError`.
+
+    Without private hosts allowed, an http(s) host is resolved once, here: every address it resolves to must be
+    public, and git is then told to connect to exactly those (``http.curloptResolve``), so a name that resolves
+    elsewhere when git connects (DNS rebinding) never reaches a private address; redirects, which git would resolve
+    itself, are not followed. An ssh or git:// host is checked the same way but not pinned (git's resolver is
+    not curl's there): the default policy allows https only.
+    """
     try:
         validate_repo_url(repo_url, policy)
     except TargetError as exc:
         raise CheckoutError(f"repository refused: {exc}", configuration=True) from None
-    if not policy.allow_private_hosts and not repo_url.startswith("/"):
-        host = _host_of(repo_url)
-        if host and not is_private_host(host) and resolves_to_private(host):
-            why = f"repository refused: {host} resolves to a private or loopback address (SPECWATCH_ALLOW_PRIVATE_HOSTS)"
-            raise CheckoutError(why, configuration=True)
-    return repo_url
+    if policy.allow_private_hosts or repo_url.startswith("/"):
+        return []
+    host = _host_of(repo_url)
+    if not host or is_private_host(host) or ip_of(host) is not None:
+        return []  # a literal public address needs no resolving (validate_repo_url refused a private one)
+    parts = urlsplit(repo_url) if "://" in repo_url else None
+    scheme = parts.scheme if parts is not None else "ssh"
+    port = (parts.port if parts is not None else None) or {"https": 443, "http": 80, "git": 9418}.get(scheme, 22)
+    addresses = resolve(host, port)
+    if any(is_private_address(address) for address in addresses):
+        why = f"repository refused: {host} resolves to a private or loopback address (SPECWATCH_ALLOW_PRIVATE_HOSTS)"
+        raise CheckoutError(why, configuration=True)
+    if scheme not in ("http", "https") or not addresses:
+        return []  # not pinned (see above), or a name that does not resolve: git fails on it
+    pinned = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
+    return ["-c", f"http.curloptResolve={host}:{port}:{pinned}", "-c", "http.followRedirects=false"]
 
 
 def _host_of(repo_url: str) -> str | None:
@@ -164,8 +182,8 @@ def ls_remote(repo_url: str, branches: list[str], *, timeout: float = 60, policy
     policy = policy or RepoPolicy()
     patterns = [f"refs/heads/{branch}" for branch in branches]
     heads: dict[str, str] = {}
-    remote = check_repository(repo_url, policy)
-    for line in git("ls-remote", "--refs", "--", remote, *patterns, timeout=timeout, policy=policy).splitlines():
+    pins = check_repository(repo_url, policy)
+    for line in git("ls-remote", "--refs", "--", repo_url, *patterns, timeout=timeout, policy=policy, options=pins).splitlines():
         sha, _, ref = line.strip().partition("\t")
         if ref in patterns:  # patterns match ref tails (refs/heads/x/refs/heads/main): keep exact names only
             heads[ref.removeprefix("refs/heads/")] = sha.lower()
@@ -206,8 +224,8 @@ class MirrorCache:
         """:func:`ls_remote` under this cache's policy."""
         return ls_remote(repo_url, branches, timeout=timeout, policy=self.policy)
 
-    def _git(self, *args: str, cwd: Path | None = None, timeout: float = 600) -> str:
-        return git(*args, cwd=cwd, timeout=timeout, policy=self.policy)
+    def _git(self, *args: str, cwd: Path | None = None, timeout: float = 600, options: Sequence[str] = ()) -> str:
+        return git(*args, cwd=cwd, timeout=timeout, policy=self.policy, options=options)
 
     def mirror_path(self, repo_url: str) -> Path:
         """``<root>/<repository name>-<hash of the URL>.git``: readable, and unique per URL."""
@@ -236,20 +254,20 @@ class MirrorCache:
         """The mirror holding ``sha`` (cloned or fetched as needed) and the full commit id. Call under the lock."""
         mirror = self.mirror_path(repo_url)
         if not (mirror / "HEAD").exists():
-            check_repository(repo_url, self.policy)
+            pins = check_repository(repo_url, self.policy)
             partial = mirror.with_suffix(".partial")
             shutil.rmtree(partial, ignore_errors=True)
             log.info("mirror_clone repo=%s path=%s", loggable(redact_url(repo_url)), mirror)
             try:
-                self._git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s)
+                self._git("clone", "--mirror", "--quiet", "--", repo_url, str(partial), timeout=self.git_timeout_s, options=pins)
             except CheckoutError as exc:  # unreachable: transient; else the repository cannot be cloned at all
                 raise CheckoutError(str(exc), transient=exc.transient, configuration=True) from exc
             partial.rename(mirror)
         full = self._resolve(mirror, sha)
         if full is None:
-            check_repository(repo_url, self.policy)
+            pins = check_repository(repo_url, self.policy)
             log.info("mirror_fetch repo=%s path=%s wanted=%s", loggable(redact_url(repo_url)), mirror, sha)
-            self._git("fetch", "--prune", "--quiet", "origin", cwd=mirror, timeout=self.git_timeout_s)
+            self._git("fetch", "--prune", "--quiet", "origin", cwd=mirror, timeout=self.git_timeout_s, options=pins)
             full = self._resolve(mirror, sha)
         if full is None:
             raise CommitNotFoundError(f"commit {sha} does not exist in {redact_url(repo_url)} (not found after fetching every ref)")

@@ -51,8 +51,8 @@ from service.releases import pip_requirement, release_version
 from service.settings import get_settings
 from service.targets import RepoPolicy
 from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
+from specwatch.sandbox import Sandbox, resolve_sandbox
 from workers.checkout import CheckoutError, MirrorCache
-from workers.isolation import Sandbox, resolve_sandbox
 from workers.limits import RunLimits
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
@@ -292,7 +292,7 @@ def _suite_command(
 
 
 def sandbox_of(settings: WorkerSettings) -> Sandbox:
-    """The worker's :class:`~workers.isolation.Sandbox` (probed once per process)."""
+    """The worker's :class:`~specwatch.sandbox.Sandbox` (probed once per process)."""
     return resolve_sandbox(
         settings.sandbox, settings.suite_python, settings.sandbox_uid, settings.sandbox_gid, tuple(settings.sandbox_gpu_devices)
     )

@@ -5,10 +5,10 @@ host, and nothing bounded the number of processes (200 forks succeeded). A run n
 enforced in two ways:
 
 - **Processes and threads** (``sandbox_max_processes``): ``RLIMIT_NPROC``, which the kernel counts per user
-  (and per user namespace): set inside bubblewrap's user namespace by :data:`NPROC_LAUNCHER` (it then counts
+  (and per user namespace): set inside bubblewrap's user namespace by :data:`specwatch.sandbox.LAUNCHER` (it then counts
   only the sandbox's own tasks), and on the suite itself in ``uid`` mode (it counts every process of the
   sandbox uid). A fork past it fails (``EAGAIN``). The kernel exempts tasks of root, so a root worker starts
-  bubblewrap as the sandbox uid (:class:`workers.isolation.Sandbox`, ``drop_uid``). The supervisor
+  bubblewrap as the sandbox uid (:class:`specwatch.sandbox.Sandbox`, ``drop_uid``). The supervisor
   (:func:`over_limit`) also ends a run whose processes and threads reach the limit: a fork bomb that retries
   its failed forks would otherwise spin until the wall-clock limit.
 - **Memory, all processes together** (``memory_total_limit_mb``): the supervisor sums the resident memory of
@@ -29,12 +29,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Run inside the sandbox in front of a command: ``RLIMIT_NPROC`` of its user namespace, then the command.
-#: argv: the limit, then the command (its first word is an absolute path or found on PATH).
-NPROC_LAUNCHER = (
-    "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_NPROC, (n, n)); "
-    "os.execvp(sys.argv[2], sys.argv[2:])"
-)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -44,11 +38,6 @@ class RunLimits:
 
     max_processes: int | None = None
     memory_total_bytes: int | None = None
-
-
-def with_nproc(command: list[str], python: str, limit: int | None) -> list[str]:
-    """``command`` started by :data:`NPROC_LAUNCHER` under ``python`` with ``RLIMIT_NPROC`` ``limit`` (None: as is)."""
-    return command if limit is None else [python, "-c", NPROC_LAUNCHER, str(limit), *command]
 
 
 def _children() -> dict[int, list[int]]:

@@ -8,7 +8,8 @@ kills all it started), with ``RLIMIT_AS`` where the OS allows, limits on the run
 with its worker. Its environment is built from nothing: no ``SPECWATCH_*`` secret (database URL, webhook
 secret, tokens) is handed to the code under test.
 
-How it is isolated from the worker (bubblewrap, another uid, or not at all) is :mod:`workers.isolation`.
+How it is isolated from the worker (bubblewrap, another uid, or not at all) is :mod:`specwatch.sandbox` (``specwatch
+check`` runs the suite in the same sandbox).
 The worker process makes itself non-dumpable (:func:`make_non_dumpable`) before it starts a suite.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import resource
 import signal
@@ -24,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import specwatch
+from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
+from specwatch.sandbox import Sandbox, release_entries, suite_environment, with_limits
 from workers.cgroups import RunCgroup, make_run_cgroup
-from workers.isolation import Sandbox, warn_if_not_isolated
-from workers.limits import RunLimits, over_limit, with_nproc
+from workers.limits import RunLimits, over_limit
 
 #: The directory holding the ``specwatch`` package (the suite, and the public API a sampler under test imports),
 #: on the suite's PYTHONPATH after the target's code: a checkout's root, or the site-packages of an install.
@@ -44,33 +47,13 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _POLL_S = 0.2
 
+log = logging.getLogger(__name__)
+
 
 def source_dir(checkout: Path) -> Path:
     """Where a checkout's importable code lives: ``src/`` for src-layout projects (transformers), else the root."""
     src = checkout / "src"
     return src if src.is_dir() else checkout
-
-
-def suite_environment(python_path: Sequence[Path], home: Path, passthrough: Sequence[str], base: Mapping[str, str]) -> dict[str, str]:
-    """The suite's whole environment: PATH, HOME and TMPDIR in the scratch directory, one thread, PYTHONPATH.
-
-    Only the names in ``passthrough`` are copied from ``base`` (never a ``SPECWATCH_*`` one).
-    """
-    env = {
-        "PATH": base.get("PATH", os.defpath),
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "LANG": base.get("LANG", "C.UTF-8"),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(str(p) for p in python_path),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONNOUSERSITE": "1",
-    }
-    for name in passthrough:
-        if name in base and not name.upper().startswith("SPECWATCH_"):
-            env[name] = base[name]
-    return env
 
 
 @lru_cache(maxsize=1)
@@ -98,6 +81,22 @@ def _child_setup(
                 os._exit(1)
 
     return setup
+
+
+def warn_if_not_isolated(sandbox: Sandbox) -> None:
+    """The loud warning of a run whose code under test is not fully isolated from the worker."""
+    if sandbox.mode == "bwrap":
+        return
+    what = (
+        "runs as another uid but shares the worker's network and can read its world-readable files"
+        if sandbox.mode == "uid"
+        else "runs AS THE WORKER'S USER, with its network and files"
+    )
+    log.warning(
+        "SUITE NOT ISOLATED: the code under test %s (%s). Install bubblewrap (apt-get install bubblewrap) to isolate it.",
+        what,
+        sandbox.reason,
+    )
 
 
 def make_non_dumpable() -> None:
@@ -210,9 +209,9 @@ def run_suite_process(
     """Run the suite in ``scratch`` (its cwd and HOME) until it exits, the deadline passes or ``should_abort``.
 
     Isolated as ``command.sandbox`` says; a pip-mode run in a sandbox installs its release first, in a step of
-    its own with the network (the same deadline covers both). Files left in ``scratch``: ``result.json`` (the
-    run result), ``suite.out`` (JSON-lines events), ``suite.err``. ``spawn_lock`` is held across the fork so
-    that no other thread of ours holds a lock then.
+    its own that reaches only the package index and writes only that release's cache entry (the same deadline covers both). Files
+    left in ``scratch``: ``result.json`` (the run result), ``suite.out`` (JSON-lines events), ``suite.err``.
+    ``spawn_lock`` is held across the fork so that no other thread of ours holds a lock then.
     """
     make_non_dumpable()
     sandbox = command.sandbox or Sandbox("off", reason="no sandbox configured")
@@ -239,7 +238,7 @@ def run_suite_process(
     nproc = limits.max_processes if sandbox.mode in ("bwrap", "uid") else None
 
     def confined(argv: list[str]) -> list[str]:
-        return with_nproc(argv, command.python, nproc) if sandbox.mode == "bwrap" else argv
+        return with_limits(argv, command.python, nproc) if sandbox.mode == "bwrap" else argv
 
     with (scratch / "suite.out").open("wb") as out, err_path.open("wb") as err:
         step = _Step(
@@ -256,13 +255,20 @@ def run_suite_process(
         code: int | None = 0
         timed_out = aborted = False
         if command.pip and sandbox.mode != "off" and cache is not None:
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / "pip").mkdir(exist_ok=True)
-            if sandbox.switches_uid:
-                os.chown(cache / "pip", sandbox.uid, sandbox.gid)
-            install_argv = confined(command.install_argv())
-            install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, cache], read_only=checkout_paths, network=True)
-            code, timed_out, aborted = step.run(install, deadline, should_abort)
+            # Only this release's cache entry is writable: the entries of other releases are bound read-only.
+            entries = release_entries(cache, command.pip)
+            for entry in entries:
+                entry.mkdir(parents=True, exist_ok=True)
+                if sandbox.switches_uid:
+                    os.chown(entry, sandbox.uid, sandbox.gid)
+            if sandbox.mode == "bwrap":  # the package index only, through the proxy (specwatch.index_proxy)
+                index = scratch / "index.sock"
+                install_argv = confined(forwarded(command.install_argv(), command.python, index))
+                install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
+                with serving(index, index_hosts(env, command.python)):
+                    code, timed_out, aborted = step.run(install, deadline, should_abort)
+            else:
+                code, timed_out, aborted = step.run(command.install_argv(), deadline, should_abort)
         if code == 0 and not (timed_out or aborted):
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
             argv = sandbox.argv(confined(command.argv(result_path)), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)

@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.releases import release_package
+from specwatch.sandbox import GPU_DEVICES
 from workers.profiles import PROFILES
 from workers.runs import InstallRetry
 
@@ -80,9 +81,7 @@ class WorkerSettings(BaseSettings):
     sandbox_uid: int = Field(default=65534, gt=0)
     sandbox_gid: int = Field(default=65534, gt=0)
     # Device nodes bound into the sandbox on CUDA runs (globs); the driver's libraries come with /usr.
-    sandbox_gpu_devices: list[str] = Field(
-        default_factory=lambda: ["/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
-    )
+    sandbox_gpu_devices: list[str] = Field(default_factory=lambda: list(GPU_DEVICES))
     # A run whose release cannot be installed (a dependency missing from the index, conflicting dependencies, the
     # index or network down) or whose checkout cannot be fetched is tried again install_retries times, after
     # install_backoff_s, then twice as long each time up to install_backoff_max_s (Celery retry with countdown);

@@ -11,10 +11,9 @@ for the target, matched by the library version and distribution) exits 0 and say
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
-import sys
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,112 +25,19 @@ from typing import IO, Annotated, Any
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from specwatch.cli import isolated
+from specwatch.cli.isolated import Plan, unsandboxed
 from specwatch.cli.output import console, fail, out
+from specwatch.cli.table import _fmt_verdict, known_findings_lines, results_table
 from specwatch.findings import Finding, shipped_matches
 from specwatch.protocol import CaseResult, ExitStatus, Failure, RunResult, Verdict
-from specwatch.report import coverage_summary, markdown_report
+from specwatch.report import markdown_report
 
 
 class Device(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
-
-
-def suite_command(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "specwatch", *args]
-
-
-def suite_environment() -> dict[str, str]:
-    """The suite's environment: one thread per process (tiny tensors slow down under contention)."""
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return env
-
-
-def _fmt_e(result: CaseResult) -> str:
-    """The headline check's evidence as ``history`` shows it: log E against the log of the threshold."""
-    threshold = math.log(result.threshold)
-    return f"certain / {threshold:.1f}" if result.log_e_value is None else f"{result.log_e_value:.1f} / {threshold:.1f}"
-
-
-def _fmt_known(result: CaseResult, known: Mapping[str, Finding]) -> str:
-    """A short marker in the table; the finding's key, title and link are listed under the table, whole."""
-    finding = known.get(result.case_id) if result.verdict == Verdict.FAIL else None
-    return " [yellow]known[/]" if finding else ""
-
-
-def _fmt_verdict(result: CaseResult) -> str:
-    if result.verdict == Verdict.FAIL:
-        if result.failure == Failure.RAISED:
-            return "[bold red]FAIL[/] (the target raised)"
-        layers = [layer.value for layer in result.failed_layers()]
-        return f"[bold red]FAIL[/] ({', '.join(layers)})"
-    if result.verdict == Verdict.PASS:
-        return "[green]pass[/]" if result.powered else "[yellow]pass (underpowered)[/]"
-    return f"[magenta]{result.verdict.value.upper()}[/]"
-
-
-def _fmt_tv(result: CaseResult) -> str:
-    tv, ci = result.tv_estimate, result.tv_ci
-    if tv is None:
-        return "-"
-    return f"{tv:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{tv:.3f}"
-
-
-def _fmt_acceptance(result: CaseResult) -> str:
-    observed, expected = result.acceptance.observed, result.acceptance.expected
-    if observed is None:
-        return "-"
-    return f"{observed:.3f} / {expected:.3f}" if expected is not None else f"{observed:.3f}"
-
-
-def results_table(results: Sequence[CaseResult], known: Mapping[str, Finding] | None = None) -> Table:
-    known = known or {}
-    table = Table(title="specwatch check", show_lines=False)
-    for name, justify in (
-        ("case", "left"),
-        ("verdict", "left"),
-        ("trials", "right"),
-        ("log E / log thr", "right"),
-        ("TV estimate [99% CI], descriptive", "right"),
-        ("acceptance obs / exp", "right"),
-        ("coverage", "left"),
-        ("time", "right"),
-    ):
-        table.add_column(name, justify=justify, overflow="fold" if name == "verdict" else "ellipsis")  # type: ignore[arg-type]
-    table.caption = (
-        "Decisions rest on the e-values (anytime-valid): a case fails when log E reaches log thr. The TV interval is "
-        "computed at a data-dependent stop on the headline check: descriptive, not a guarantee."
-    )
-    for r in results:
-        table.add_row(
-            r.case_id,
-            _fmt_verdict(r) + _fmt_known(r, known),
-            f"{r.n_trials:,}",
-            _fmt_e(r),
-            _fmt_tv(r),
-            _fmt_acceptance(r),
-            coverage_summary(r.coverage),
-            f"{r.duration_s:.2f}s",
-        )
-    return table
-
-
-def known_findings_lines(known: Mapping[str, Finding]) -> list[str]:
-    """One line per known finding that explains a failure of this run: key, the cases, title, state, link (under
-    the table, never wrapped into it, so a link stays whole)."""
-    cases: dict[str, list[str]] = {}
-    findings: dict[str, Finding] = {}
-    for case_id, finding in known.items():
-        cases.setdefault(finding.key, []).append(case_id)
-        findings.setdefault(finding.key, finding)
-    return [f"known finding {key} ({', '.join(cases[key])}): {f.title} ({_state(f)}) {f.link}" for key, f in findings.items()]
-
-
-def _state(finding: Finding) -> str:
-    return f"{finding.state.value}, fixed in {finding.fixed_in}" if finding.fixed_in else finding.state.value
 
 
 @dataclass
@@ -153,13 +59,17 @@ def _drain(stream: IO[str], into: list[str]) -> None:
     into.extend(stream)
 
 
-def _stream(command: list[str]) -> Streamed:
-    """Run the suite, render progress, read its events (protocol objects, schema checked)."""
+def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
+    """Run the suite as ``plan`` says (default: as the caller), render progress, read its events (protocol objects,
+    schema checked)."""
+    plan = plan or unsandboxed(command, "--no-sandbox")
     got = Streamed()
     tasks: dict[str, TaskID] = {}
     errors: list[str] = []
     with (
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=suite_environment()) as proc,  # noqa: S603
+        subprocess.Popen(  # noqa: S603 -- our interpreter (in bubblewrap), no shell
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plan.env, cwd=plan.cwd, **plan.popen_options()
+        ) as proc,
         Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -267,6 +177,9 @@ def check(
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="fail on known findings too (default: only on new failures)")] = False,
+    no_sandbox: Annotated[
+        bool, typer.Option("--no-sandbox", help="run the code under test as you, with your environment, files and network")
+    ] = False,
 ) -> None:
     """Test a speculative sampler for losslessness against exact reference laws.
 
@@ -289,17 +202,19 @@ def check(
     ]
     for pattern in cases or []:
         args += ["--cases", pattern]
+    if source is not None and source.expanduser().is_dir():
+        source = source.expanduser().resolve()  # the sandbox's working directory is not the caller's
     valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
     for path in (json_file, markdown):
         _writable(path)
-    got = _stream(suite_command(args))
+    got, plan = _run(args, pip=pip, source=source, target=target, gpu=device == Device.cuda, sandboxed=not no_sandbox)
     run, results, code = got.run, got.results, got.code
     known = known_failures(run, results)
-    _show(got, known)
+    _show(got, known, plan.describe())
     if json_file is not None and run is not None:
-        json_file.write_text(json.dumps(annotated(run, known), indent=2, allow_nan=False) + "\n")
+        json_file.write_text(json.dumps(annotated(run, known) | {"isolation": plan.as_json()}, indent=2, allow_nan=False) + "\n")
     if markdown is not None and run is not None:
         markdown.write_text(markdown_report(run, known, reproduce_command(args, run)))
     if code == ExitStatus.INSTALL:  # nothing was tested: say what pip could not install, not that the release is broken
@@ -319,12 +234,32 @@ def check(
                 console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
     code, line = outcome(results, known, strict=strict, suite_code=code)
     colour = "green" if code == ExitStatus.OK and not known else ("yellow" if code == ExitStatus.OK else "bold red")
-    console.print(f"[{colour}]{line}[/]{escape(what)}", highlight=False, soft_wrap=True)
+    console.print(f"[{colour}]{line}[/]{escape(what)}; {escape(plan.describe())}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _show(got: Streamed, known: Mapping[str, Finding]) -> None:
-    """The cases ``--quick`` left out of those named, the results table and the known findings under it."""
+def _run(args: list[str], *, pip: str | None, source: Path | None, target: str | None, gpu: bool, sandboxed: bool) -> tuple[Streamed, Plan]:
+    """The suite run (a ``--pip`` release's install step first, when sandboxed) and how it was isolated."""
+    with tempfile.TemporaryDirectory(prefix="specwatch-check-") as scratch:
+        try:
+            plan = isolated.plan(args, scratch=Path(scratch), pip=pip, source=source, target=target, gpu=gpu, sandboxed=sandboxed)
+        except isolated.SandboxRefusedError as exc:
+            fail(str(exc), ExitStatus.USAGE)
+        if not plan.sandboxed:
+            console.print(f"[bold yellow]the code under test runs {escape(plan.describe())}[/]", highlight=False, soft_wrap=True)
+        got = Streamed()
+        if plan.install is not None:
+            got.code, got.error = isolated.run_install(plan)
+        if got.code == 0:
+            got = _stream(plan.command, plan)
+        if got.code == ExitStatus.VIOLATION and got.run is None:  # not the suite's verdict: bubblewrap's own failure
+            got.code = ExitStatus.USAGE
+    return got, plan
+
+
+def _show(got: Streamed, known: Mapping[str, Finding], isolation: str | None = None) -> None:
+    """The cases ``--quick`` left out of those named, the results table (its title: ``isolation``) and the known
+    findings under it."""
     if got.left_out:
         listed = ", ".join(got.left_out[:5]) + (", ..." if len(got.left_out) > 5 else "")
         console.print(
@@ -334,7 +269,7 @@ def _show(got: Streamed, known: Mapping[str, Finding]) -> None:
             soft_wrap=True,
         )
     if got.results:
-        out.print(results_table(got.results, known))
+        out.print(results_table(got.results, known, isolation))
         for line in known_findings_lines(known):
             out.print(escape(line), highlight=False, soft_wrap=True)
 

@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from specwatch.protocol import ExitStatus
+from specwatch.sandbox import KERNELS_ONLY_SINCE, may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
 from specwatch.targets.llamacpp.build import build_release, is_llamacpp
 
@@ -45,9 +46,6 @@ _COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 _PIP_LOG = ".pip.log"
 #: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
 _BINARY_CRITICAL = ("torch",)
-#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA: its rejection sampler is
-#: the model-runner-v2 one, pure Triton kernels (``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``).
-KERNELS_ONLY_FROM = (0, 34)
 #: vLLM's requirements that ``import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils`` (and the processing
 #: step's modules) needs, found by importing it from a folder with the wheel alone; installed with their own
 #: dependencies at the versions the wheel asks for. The rest of the wheel's requirements (the engine's server,
@@ -95,7 +93,7 @@ SGLANG_KERNEL_CHAIN = (
     "transformers",
 )
 #: Per library: the first release installed kernels-only without CUDA, and its import chain.
-KERNELS_ONLY = {"vllm": (KERNELS_ONLY_FROM, VLLM_KERNEL_CHAIN), "sglang": ((0, 5), SGLANG_KERNEL_CHAIN)}
+KERNELS_ONLY = {"vllm": (KERNELS_ONLY_SINCE["vllm"], VLLM_KERNEL_CHAIN), "sglang": (KERNELS_ONLY_SINCE["sglang"], SGLANG_KERNEL_CHAIN)}
 #: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
 KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
 
@@ -166,7 +164,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         # A source distribution: llama.cpp is compiled once per version, the library and its tools (.llamacpp.build).
         return build_release(requirement, cache_root().parent, log=log)
     kernels = kernels_only(requirement)
-    target = cache_root() / (re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels else ""))
+    target = cache_root() / release_folder_name(requirement, kernels_only=kernels)
     done = target / ".specwatch-complete"
     if done.exists():
         return target
@@ -201,8 +199,7 @@ def kernels_only(requirement: str) -> bool:
     """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` or
     ``sglang==X`` with X >= 0.5 (:data:`KERNELS_ONLY`: CUDA wheels, whose engines need CUDA) on a machine where
     torch sees no CUDA device."""
-    found = re.fullmatch(r"(vllm|sglang)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
-    if found is None or (int(found[2]), int(found[3])) < KERNELS_ONLY[found[1]][0]:
+    if not may_be_kernels_only(requirement):
         return False
     import torch  # noqa: PLC0415 - only for a vLLM or SGLang requirement
 

@@ -11,7 +11,7 @@
 
 The suite subprocess's environment (no ``SPECWATCH_*``, no service secret; cwd the scratch directory, HOME in
 it) is tested on the real subprocess in ``tests/integration/workers/test_tasks.py``
-(``test_the_suite_runs_in_a_clean_environment``) and on :func:`workers.sandbox.suite_environment` in
+(``test_the_suite_runs_in_a_clean_environment``) and on :func:`specwatch.sandbox.suite_environment` in
 ``tests/unit/workers/test_worker_config.py``.
 """
 

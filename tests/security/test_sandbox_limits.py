@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import select
 
 from service.models import Run
+from specwatch.sandbox import resolve_sandbox
 from tests.support.postgres import migrate
 from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
 from tests.support.workers import add_runs, flush_redis, session_maker, worker_environment
 from workers.cgroups import make_run_cgroup
-from workers.isolation import resolve_sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -9,8 +10,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from workers.isolation import Sandbox
-from workers.limits import NPROC_LAUNCHER, RunLimits, over_limit, tasks, tree, with_nproc
+from specwatch.sandbox import LAUNCHER, Sandbox, with_limits
+from workers.limits import RunLimits, over_limit, tasks, tree
 
 pytestmark = pytest.mark.unit
 
@@ -66,11 +67,17 @@ def test_no_limits_cost_nothing() -> None:
     assert over_limit(1, RunLimits()) is None
 
 
-def test_the_launcher_sets_rlimit_nproc_then_runs_the_command() -> None:
-    argv = with_nproc([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC))"], sys.executable, 77)
-    assert argv[:4] == [sys.executable, "-c", NPROC_LAUNCHER, "77"]
-    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip() == "(77, 77)"
-    assert with_nproc(["x"], sys.executable, None) == ["x"]
+def test_the_launcher_sets_rlimit_nproc_and_rlimit_as_then_runs_the_command() -> None:
+    script = "import resource as r; print(r.getrlimit(r.RLIMIT_NPROC), r.getrlimit(r.RLIMIT_AS))"
+    argv = with_limits([sys.executable, "-c", script], sys.executable, 77, 8 * 1024**3)
+    assert argv[:5] == [sys.executable, "-c", LAUNCHER, "77", str(8 * 1024**3)]
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip() == f"(77, 77) ({8 * 1024**3}, {8 * 1024**3})"
+    nproc_only = with_limits([sys.executable, "-c", script], sys.executable, 77)
+    assert (
+        subprocess.run(nproc_only, capture_output=True, text=True, check=True).stdout.strip()
+        == f"(77, 77) {resource.getrlimit(resource.RLIMIT_AS)}"
+    )
+    assert with_limits(["x"], sys.executable, None) == ["x"]
 
 
 def test_a_root_worker_starts_bubblewrap_as_the_sandbox_uid_where_it_can() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import pytest
 
 import specwatch
 import workers
-from workers import isolation
-from workers.isolation import Sandbox, resolve_sandbox
+from specwatch import sandbox as isolation
+from specwatch.index_proxy import FORWARDER
+from specwatch.sandbox import Sandbox, release_entries, resolve_sandbox
+from workers import sandbox as worker_sandbox
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand
 
 BWRAP = Sandbox("bwrap", bwrap="/usr/bin/bwrap", read_only=(Path("/opt/python"),), devices=("/dev/null",))
@@ -94,3 +97,52 @@ def test_a_pip_run_installs_its_release_in_a_step_of_its_own() -> None:
     assert command.cache_dir == Path("/cache")
     assert command.install_argv()[0] == "/py"
     assert command.install_argv()[-1] == "transformers==4.46.3"
+
+
+def test_the_install_step_writes_only_its_own_release_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28, item 7: the other releases' entries are read-only while a release installs (a source package's build
+    runs code), its own entry is writable; checked by running the install step's real bubblewrap command line."""
+    cache = tmp_path / "cache"
+    other = cache / "pip" / "transformers==4.46.2"
+    other.mkdir(parents=True)
+    (other / ".specwatch-complete").write_text("transformers==4.46.2\n")
+    steps: list[list[str]] = []
+
+    def record(self: object, argv: list[str], deadline: float, should_abort: object) -> tuple[int, bool, bool]:
+        steps.append(argv)
+        return 0, False, False
+
+    monkeypatch.setattr(worker_sandbox._Step, "run", record)
+    command = SuiteCommand(
+        python=sys.executable,
+        target="transformers",
+        suite_args=(),
+        seed=1,
+        device="cpu",
+        python_path=(SPECWATCH_ROOT,),
+        timeout_s=60,
+        memory_limit_bytes=None,
+        pip="transformers==4.46.3",
+        env=(("SPECWATCH_CACHE_DIR", str(cache)),),
+        sandbox=resolve_sandbox("bwrap", sys.executable),
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    worker_sandbox.run_suite_process(command, scratch)
+    install, test = steps
+    assert "--share-net" not in install  # the index only, through the proxy's socket (test_index_proxy)
+    assert FORWARDER in install
+    assert "--share-net" not in test
+    (entry,) = release_entries(cache, "transformers==4.46.3")
+    probe = (
+        "import sys; from pathlib import Path\n"
+        "for folder in sys.argv[1:]:\n"
+        "    try:\n"
+        "        (Path(folder) / 'probe').write_text('x'); print(folder, 'written')\n"
+        "    except OSError as exc:\n"
+        "        print(folder, type(exc).__name__)\n"
+    )
+    argv = [*install[: install.index("--") + 1], sys.executable, "-c", probe, str(entry), str(other), str(cache / "pip")]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert done.stdout.splitlines() == [f"{entry} written", f"{other} OSError", f"{cache / 'pip'} OSError"]
+    assert not (other / "probe").exists()

@@ -13,9 +13,10 @@ from service.models import RunStatus
 from service.settings import Settings
 from specwatch.protocol import RunResult
 from specwatch.protocol import Verdict as SuiteVerdict
+from specwatch.sandbox import suite_environment
 from workers.celery_app import celery_config
 from workers.execution import interpret, run_seed
-from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir, suite_environment
+from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir
 from workers.settings import WorkerSettings
 
 

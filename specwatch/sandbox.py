@@ -1,26 +1,27 @@
-"""How the suite subprocess is isolated from the worker (:class:`Sandbox`, ``SPECWATCH_WORKER_SANDBOX``).
+"""The sandbox the code under test runs in: the worker's suite runs and ``specwatch check`` build it here.
 
-Every commit of a watched repository is code that runs in the suite (:mod:`workers.sandbox`), so the suite is
-isolated from the worker:
+Every commit of a watched repository, every release and every sampler a user names is code that runs in the suite,
+so the suite runs isolated (:class:`Sandbox`, built by :func:`resolve_sandbox`):
 
 - ``bwrap`` (bubblewrap, Debian's ``bubblewrap`` package): new user, pid, network, IPC, UTS and cgroup
   namespaces; inside, uid/gid 65534 with no capability; the filesystem is only read-only binds of the system
   (``/usr``, the few ``/etc`` files a Python needs, ``/sys``), the suite's interpreter and the ``specwatch``
-  package, plus the run's scratch directory (read-write: the checkout, HOME, the result file). So the code
-  under test sees no process of the worker (its own ``/proc``), no file of the service (database, ``.env``,
-  mirrors), and has no network but its own loopback. A release (pip mode) is installed first, in a step of
-  its own that has the network and the release cache read-write; the test itself then runs without the
-  network, the cache read-only. On CUDA the GPU device nodes are bound in (``sandbox_gpu_devices``); the
-  driver's libraries come with ``/usr``.
-  A root worker starts bubblewrap itself as ``sandbox_uid`` where it can (``drop_uid``), so that the kernel
-  counts the sandbox's tasks against its process limit (:mod:`workers.limits`).
-- ``uid``: without bubblewrap, a worker running as root starts the suite as ``sandbox_uid``; with the worker
-  non-dumpable that uid cannot read the worker's ``/proc/<pid>/environ`` or memory, nor write its files; it
-  keeps the network and can read world-readable files.
-- ``off``: the suite runs as the worker's user.
+  package, the code under test (read-only), plus a scratch directory (read-write: HOME, the result file). So the
+  code under test sees no other process (its own ``/proc``), no file of the host beyond those (no ``/etc/shadow``,
+  no ``~/.ssh``, no database, no ``.env``), and has no network but its own loopback. A release (``--pip``) is
+  installed first, in a step of its own that reaches the package index and writes only that release's cache entry
+ ; the test itself then runs without the network, the cache read-only. On CUDA the
+  GPU device nodes are bound in (:data:`GPU_DEVICES`); the driver's libraries come with ``/usr``.
+  A root worker starts bubblewrap itself as ``uid`` where it can (``drop_uid``), so that the kernel counts the
+  sandbox's tasks against its process limit (:func:`with_limits`).
+- ``uid``: without bubblewrap, a worker running as root starts the suite as ``uid``; that uid cannot read the
+  worker's ``/proc/<pid>/environ`` or memory (the worker is non-dumpable), nor write its files; it keeps the
+  network and can read world-readable files.
+- ``off``: the suite runs as the caller's user.
 
-``auto`` takes the first that works here. Anything below ``bwrap`` is logged as a warning on every run.
-The worker process makes itself non-dumpable (:func:`workers.sandbox.make_non_dumpable`) before it starts a suite.
+Its environment is built from nothing (:func:`suite_environment`): no ``SPECWATCH_*`` secret, no database URL.
+Inside bubblewrap :data:`LAUNCHER` sets ``RLIMIT_NPROC`` (counted per user namespace, so only the sandbox's own
+tasks) and ``RLIMIT_AS`` before the suite starts.
 """
 
 from __future__ import annotations
@@ -29,18 +30,20 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import specwatch
-
 log = logging.getLogger(__name__)
+
+#: The ``specwatch`` package's folder: bound read-only into every sandbox (the suite, and the API a sampler imports).
+PACKAGE = Path(__file__).resolve().parent
 
 # What of /etc a Python needs (the dynamic loader, names of users and hosts, TLS roots for a pip install):
 # the rest of /etc (shadow, the host's own configuration) is not bound.
@@ -64,6 +67,8 @@ _ETC = (
     "mime.types",
     "pip.conf",
 )
+#: Device nodes bound into the sandbox on CUDA runs (globs); the driver's libraries come with /usr.
+GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -118,8 +123,7 @@ class Sandbox:
             for pattern in self.devices:
                 for node in sorted(glob.glob(pattern)):
                     args += ["--dev-bind", node, node]
-        package = Path(specwatch.__file__).resolve().parent
-        for folder in (*self.read_only, package, *read_only):
+        for folder in (*self.read_only, PACKAGE, *read_only):
             args += ["--ro-bind", str(folder), str(folder)]
         for folder in writable:
             args += ["--bind", str(folder), str(folder)]
@@ -179,27 +183,35 @@ def python_roots(python: str) -> tuple[Path, ...]:
     return tuple(sorted(p for p in found if not any(p == s or p.is_relative_to(s) for s in system)))
 
 
+def bubblewrap(python: str, uid: int = 65534, gid: int = 65534, devices: tuple[str, ...] = ()) -> Sandbox:
+    """The ``bwrap`` :class:`Sandbox` for the interpreter ``python`` where bubblewrap runs it here, else an ``off``
+    one whose ``reason`` says why not (not installed, or its error)."""
+    found = shutil.which("bwrap")
+    if found is None:
+        return Sandbox("off", reason="bubblewrap (bwrap) is not installed")
+    roots = python_roots(python)
+    problem = _bwrap_works(found, python, roots, uid, gid)
+    if problem is not None:
+        return Sandbox("off", reason=problem)
+    # A root caller starts bubblewrap as the sandbox uid where it can (else its tasks escape RLIMIT_NPROC).
+    drop = os.geteuid() == 0 and _bwrap_works(found, python, roots, uid, gid, as_uid=True) is None
+    return Sandbox("bwrap", bwrap=found, uid=uid, gid=gid, read_only=roots, devices=devices, drop_uid=drop)
+
+
 @lru_cache(maxsize=8)
 def resolve_sandbox(mode: str, python: str, uid: int = 65534, gid: int = 65534, devices: tuple[str, ...] = ()) -> Sandbox:
-    """The :class:`Sandbox` for ``mode`` (``auto``, ``bwrap``, ``uid``, ``off``) and the suite's interpreter,
+    """The worker's :class:`Sandbox` for ``mode`` (``auto``, ``bwrap``, ``uid``, ``off``) and the suite's interpreter,
     probed once per process. ``bwrap`` or ``uid`` asked for but not possible here raises :class:`RuntimeError`."""
     if mode == "off":
         return Sandbox("off", reason="SPECWATCH_WORKER_SANDBOX=off")
     reasons = []
     if mode in ("auto", "bwrap"):
-        bwrap = shutil.which("bwrap")
-        if bwrap is None:
-            reasons.append("bubblewrap (bwrap) is not installed")
-        else:
-            roots = python_roots(python)
-            problem = _bwrap_works(bwrap, python, roots, uid, gid)
-            if problem is None:
-                # A root worker starts bubblewrap as the sandbox uid where it can (else its tasks escape RLIMIT_NPROC).
-                drop = os.geteuid() == 0 and _bwrap_works(bwrap, python, roots, uid, gid, as_uid=True) is None
-                if os.geteuid() == 0 and not drop:
-                    log.warning("sandbox_without_process_limit: bubblewrap does not run as uid %s here, so it runs as root", uid)
-                return Sandbox("bwrap", bwrap=bwrap, uid=uid, gid=gid, read_only=roots, devices=devices, drop_uid=drop)
-            reasons.append(problem)
+        sandbox = bubblewrap(python, uid, gid, devices)
+        if sandbox.mode == "bwrap":
+            if os.geteuid() == 0 and not sandbox.drop_uid:
+                log.warning("sandbox_without_process_limit: bubblewrap does not run as uid %s here, so it runs as root", uid)
+            return sandbox
+        reasons.append(sandbox.reason)
         if mode == "bwrap":
             raise RuntimeError(f"SPECWATCH_WORKER_SANDBOX=bwrap but {'; '.join(reasons)}")
     problem = _uid_switch_works(python, uid, gid)
@@ -210,17 +222,68 @@ def resolve_sandbox(mode: str, python: str, uid: int = 65534, gid: int = 65534, 
     return Sandbox("off", reason="; ".join([*reasons, problem]))
 
 
-def warn_if_not_isolated(sandbox: Sandbox) -> None:
-    """The loud warning of a run whose code under test is not fully isolated from the worker."""
-    if sandbox.mode == "bwrap":
-        return
-    what = (
-        "runs as another uid but shares the worker's network and can read its world-readable files"
-        if sandbox.mode == "uid"
-        else "runs AS THE WORKER'S USER, with its network and files"
-    )
-    log.warning(
-        "SUITE NOT ISOLATED: the code under test %s (%s). Install bubblewrap (apt-get install bubblewrap) to isolate it.",
-        what,
-        sandbox.reason,
-    )
+def suite_environment(python_path: Sequence[Path], home: Path, passthrough: Sequence[str], base: Mapping[str, str]) -> dict[str, str]:
+    """The suite's whole environment: PATH, HOME and TMPDIR in the scratch directory, one thread, PYTHONPATH.
+
+    Only the names in ``passthrough`` are copied from ``base`` (never a ``SPECWATCH_*`` one).
+    """
+    env = {
+        "PATH": base.get("PATH", os.defpath),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": base.get("LANG", "C.UTF-8"),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(str(p) for p in python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    for name in passthrough:
+        if name in base and not name.upper().startswith("SPECWATCH_"):
+            env[name] = base[name]
+    return env
+
+
+#: Run inside the sandbox in front of a command: ``RLIMIT_NPROC`` (of its user namespace) and ``RLIMIT_AS``, each
+#: when above 0, then the command. argv: the two limits, then the command (an absolute path or found on PATH).
+LAUNCHER = (
+    "import os, resource, sys; n, m = int(sys.argv[1]), int(sys.argv[2]); "
+    "n > 0 and resource.setrlimit(resource.RLIMIT_NPROC, (n, n)); m > 0 and resource.setrlimit(resource.RLIMIT_AS, (m, m)); "
+    "os.execvp(sys.argv[3], sys.argv[3:])"
+)
+
+
+def with_limits(command: list[str], python: str, max_processes: int | None, memory_bytes: int | None = None) -> list[str]:
+    """``command`` started by :data:`LAUNCHER` under ``python`` with ``RLIMIT_NPROC`` ``max_processes`` and
+    ``RLIMIT_AS`` ``memory_bytes`` (None: not set; both None: the command as is)."""
+    if max_processes is None and memory_bytes is None:
+        return command
+    return [python, "-c", LAUNCHER, str(max_processes or 0), str(memory_bytes or 0), *command]
+
+
+#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA (specwatch.targets.install).
+KERNELS_ONLY_FROM = (0, 34)
+#: Per library, the first release installed kernels-only where torch sees no CUDA device (CUDA wheels).
+KERNELS_ONLY_SINCE = {"vllm": KERNELS_ONLY_FROM, "sglang": (0, 5)}
+
+
+def release_folder_name(requirement: str, *, kernels_only: bool = False) -> str:
+    """The release cache entry of ``requirement`` (a folder of ``SPECWATCH_CACHE_DIR/pip``)."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels_only else "")
+
+
+def may_be_kernels_only(requirement: str) -> bool:
+    """Whether ``requirement`` is a release of a library in :data:`KERNELS_ONLY_SINCE` from its first kernels-only
+    release on (installed kernels-only where torch sees no CUDA device)."""
+    found = re.fullmatch(r"(vllm|sglang)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    return found is not None and (int(found[2]), int(found[3])) >= KERNELS_ONLY_SINCE[found[1]]
+
+
+def release_entries(cache: Path, requirement: str) -> list[Path]:
+    """The release cache entries an install of ``requirement`` may write under ``cache`` (``SPECWATCH_CACHE_DIR``):
+    its folder, and its kernels-only folder where it may be one. During that install they are the only writable
+    part of the cache: the entries of other releases are bound read-only."""
+    names = [release_folder_name(requirement)]
+    if may_be_kernels_only(requirement):
+        names.append(release_folder_name(requirement, kernels_only=True))
+    return [cache / "pip" / name for name in names]
