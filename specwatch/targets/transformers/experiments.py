@@ -8,7 +8,7 @@ tested against its exact conditional law (:mod:`specwatch.conditional`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +40,8 @@ E2E_HORIZON = 10
 E2E_DRAFTS = 3
 #: What every speculative end-to-end case must exercise (checked against the observed coverage).
 E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
+#: A context every batch of ``generate()`` calls runs in, given the target (e.g. the MTP layers loaded once per process).
+AroundCalls = Callable[[Any], contextlib.AbstractContextManager[None]]
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
 
@@ -132,9 +134,12 @@ class GenerateExperiment:
         prompt: Sequence[int] = _PROMPT,
         coverage: CoverageDesign | None = None,
         tuned: bool = True,
+        around_calls: AroundCalls | None = None,
     ) -> None:
         """``tuned=False`` leaves the library's drafting defaults (heuristic schedule, confidence threshold):
-        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``."""
+        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``.
+        ``around_calls``: the context each batch of ``generate()`` calls runs in (:data:`AroundCalls`)."""
+        self.around_calls = around_calls
         self.transformers = transformers
         self.processing = processing
         self.device = device
@@ -211,7 +216,7 @@ class GenerateExperiment:
         observer = DraftObserver()
         violations: list[Violation] = []
         outputs: list[list[int]] = []
-        with observer.watching() if self.speculative else contextlib.nullcontext():
+        with observer.watching() if self.speculative else contextlib.nullcontext(), _around(self.around_calls, self.target):
             for _ in range(n):
                 with torch.no_grad():
                     out = _generate(self.target, prompt, mask, kwargs)
@@ -242,6 +247,10 @@ class GenerateExperiment:
         return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
 
 
+def _around(around_calls: AroundCalls | None, target: Any) -> contextlib.AbstractContextManager[None]:
+    return around_calls(target) if around_calls is not None else contextlib.nullcontext()
+
+
 def _generate(model: Any, prompt: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
     """``model.generate``; an exception on these valid inputs is a finding about the library (``failure: raised``),
     not a fault of the suite. Cases whose options a release lacks are left out by the adapter's feature detection."""
@@ -269,7 +278,9 @@ class GreedyEquivalenceExperiment:
         models: ModelFactory | None = None,
         vocab: int = E2E_VOCAB,
         coverage: CoverageDesign | None = None,
+        around_calls: AroundCalls | None = None,
     ) -> None:
+        self.around_calls = around_calls
         self.target, self.draft = (models or tiny_models)(transformers, device)
         self.vocab = vocab
         self.options = resolve_options(transformers, options, self.draft, device)
@@ -301,21 +312,24 @@ class GreedyEquivalenceExperiment:
         violations: list[Violation] = []
         samples: list[int] = []
         observer = DraftObserver()
-        for _ in range(n):
-            length = int(torch.randint(2, 7, (1,), generator=generator))
-            prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
-            mask = torch.ones_like(prompt)
-            with torch.no_grad():
-                plain = _generate(self.target, prompt, mask, base)
-                with observer.watching():
-                    assisted = _generate(self.target, prompt, mask, {**base, **self.options})
-                observer.call_done()
-            samples.extend(assisted[0].tolist())
-            if not torch.equal(plain, assisted):
-                violations.append(
-                    Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
-                )
-                break
+        with _around(self.around_calls, self.target):
+            for _ in range(n):
+                length = int(torch.randint(2, 7, (1,), generator=generator))
+                prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
+                mask = torch.ones_like(prompt)
+                with torch.no_grad():
+                    plain = _generate(self.target, prompt, mask, base)
+                    with observer.watching():
+                        assisted = _generate(self.target, prompt, mask, {**base, **self.options})
+                    observer.call_done()
+                samples.extend(assisted[0].tolist())
+                if not torch.equal(plain, assisted):
+                    violations.append(
+                        Violation(
+                            Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}"
+                        )
+                    )
+                    break
         coverage = observer.coverage()
         accepted = sum(accepted_in_call(a, E2E_HORIZON) for a in observer.call_accepted)  # drafts accepted in the assisted calls
         return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)
