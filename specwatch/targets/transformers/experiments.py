@@ -19,7 +19,6 @@ from numpy.typing import NDArray
 from specwatch.conditional import (
     FLOAT32_MARGIN,
     PIT_BINS,
-    ConditionalBatch,
     TokenOrder,
     conditional_batch,
     pit_null,
@@ -40,6 +39,8 @@ E2E_HORIZON = 10
 E2E_DRAFTS = 3
 #: What every speculative end-to-end case must exercise (checked against the observed coverage).
 E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
+#: Outputs whose conditional laws one forward of the target computes.
+CONDITIONAL_CHUNK = 64
 #: A context every batch of ``generate()`` calls runs in, given the target (e.g. the MTP layers loaded once per process).
 AroundCalls = Callable[[Any], contextlib.AbstractContextManager[None]]
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
@@ -170,11 +171,14 @@ class GenerateExperiment:
             logits: torch.Tensor = self.target(ids).logits[0, -1]
         return logits
 
-    def _conditional_logits(self, prompt: torch.Tensor, output: Sequence[int]) -> NDArray[np.float64]:
-        """Raw target logits (float64) of the next token after prompt + output[:t], for t = 0..len(output)-1."""
-        ids = torch.cat((prompt, torch.tensor([list(output)], dtype=torch.long, device=self.device)), dim=1)
+    def _conditional_logits(self, prompt: torch.Tensor, outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
+        """Raw target logits (float64, shape (n, H, V)) of the next token after prompt + output[:t], for each of the
+        n ``outputs`` (all of length H) and t = 0..H-1: one no-cache forward of the n sequences."""
+        body = torch.tensor([list(o) for o in outputs], dtype=torch.long, device=self.device)
+        ids = torch.cat((prompt.expand(len(outputs), -1), body), dim=1)
+        start = prompt.shape[1] - 1
         with torch.no_grad():
-            logits = self.target(ids, use_cache=False).logits[0, prompt.shape[1] - 1 : prompt.shape[1] - 1 + len(output)]
+            logits = self.target(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[:, start : start + body.shape[1]]
         rows: NDArray[np.float64] = logits.double().cpu().numpy()
         return rows
 
@@ -226,9 +230,10 @@ class GenerateExperiment:
                     wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
                     return Observation({}, (wrong,), 0, b"")
                 outputs.append(new)
+        rows, keep = self._conditional_rows(outputs)
         for i, new in enumerate(outputs):
             counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-            batch = self._conditional(new, pit_w[i])
+            batch = conditional_batch(rows[i], np.asarray(new, dtype=np.int64), pit_w[i], keep=keep[i])
             for order in TokenOrder:
                 pit[order] += batch.counts[order]
             if batch.impossible is not None and not violations:
@@ -239,12 +244,28 @@ class GenerateExperiment:
         accepted = sum(accepted_in_call(a, self.horizon) for a in observer.call_accepted) if self.speculative else 0
         return Observation(found, tuple(violations), accepted, sample, coverage)
 
-    def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
-        logits = self._conditional_logits(self.prompt, output)
+    def _conditional_rows(self, outputs: Sequence[Sequence[int]]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """Exact processed conditional laws (n, horizon, V) of every position of every output, and which rows the
+        conditional check keeps (:func:`processing_margin`, decided from the prefix only).
+
+        One no-cache forward of the target per :data:`CONDITIONAL_CHUNK` outputs: the outputs all have ``horizon``
+        tokens after the same prompt, so they stack without padding, and each row's logits depend on its own
+        prefix only (causal attention, no cache), as in one forward per output.
+        """
         p = self.processing
-        rows = p.probs(torch.from_numpy(logits)).numpy()
-        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits])
-        return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
+        if not outputs:
+            return np.zeros((0, self.horizon, self.vocab)), np.zeros((0, self.horizon), dtype=bool)
+        logits = np.concatenate(
+            [self._conditional_logits(self.prompt, outputs[i : i + CONDITIONAL_CHUNK]) for i in range(0, len(outputs), CONDITIONAL_CHUNK)]
+        )
+        flat = logits.reshape(-1, logits.shape[-1])
+        rows = p.probs(torch.from_numpy(flat)).numpy().reshape(logits.shape)
+        if p.top_k is None and p.top_p is None:
+            keep = np.ones(logits.shape[:2], dtype=bool)
+        else:
+            margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in flat]
+            keep = (np.asarray(margins) >= FLOAT32_MARGIN).reshape(logits.shape[:2])
+        return rows, keep
 
 
 def _around(around_calls: AroundCalls | None, target: Any) -> contextlib.AbstractContextManager[None]:
