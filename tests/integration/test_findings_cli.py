@@ -139,6 +139,19 @@ def test_targets_add_seeds_transformers_and_seed_is_idempotent(rolled_back_facto
     assert len(json.loads(specwatch(rolled_back_factory, "findings", "list", "transformers", "--json").stdout)) == len(shipped)
 
 
+def test_targets_add_sglang_seeds_its_findings(rolled_back_factory: sessionmaker[Session]) -> None:
+    """The service watches SGLang: a pip-installed target (kernels-only on CPU workers, the full release on GPU
+    workers: the suite decides) with its two known findings seeded."""
+    added = specwatch(
+        rolled_back_factory, "targets", "add", "sglang", "--repo", "https://github.com/sgl-project/sglang",
+        "--branch", "main", "--adapter", "sglang", "--install", "pip",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert "2 known finding(s) seeded" in " ".join(added.output.split())
+    listed = json.loads(specwatch(rolled_back_factory, "findings", "list", "sglang", "--json").stdout)
+    assert {f["key"] for f in listed} == {"cpu-xpu-greedy-verification", "chain-residual-underflow-emits-last-token"}
+
+
 def test_history_says_which_failures_are_known(rolled_back_factory: sessionmaker[Session]) -> None:
     with rolled_back_factory() as session:
         seeded = seed_history(session)  # commits 4 and 5 fail FAILING_CASE; every run recorded library version 0.1

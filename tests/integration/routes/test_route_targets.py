@@ -67,7 +67,7 @@ def test_a_duplicate_is_409(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"adapter": "sglang"}, "unknown adapter"),
+        ({"adapter": "tensorrt_llm"}, "unknown adapter"),
         ({"repo_url": "nope"}, "invalid repository"),
         ({"branches": ["a b"]}, "invalid branch"),
         ({"poll": "1s"}, "too short"),

@@ -158,14 +158,14 @@ def test_at_least_one_branch() -> None:
         make_spec(name="x", repo_url="/srv/x", branches=[], adapter="transformers", repo_policy=OPEN)
 
 
-@pytest.mark.parametrize("adapter", ["transformers", "toy_sampler.sampler:sample", "m:f"])
+@pytest.mark.parametrize("adapter", ["transformers", "sglang", "toy_sampler.sampler:sample", "m:f"])
 def test_good_adapters(adapter: str) -> None:
     assert validate_adapter(adapter) == adapter
 
 
-@pytest.mark.parametrize("adapter", ["", "sglang", "mod:", ":f", "a b:c", "mod:f:g", "1mod:f"])
+@pytest.mark.parametrize("adapter", ["", "tensorrt_llm", "mod:", ":f", "a b:c", "mod:f:g", "1mod:f"])
 def test_unknown_adapters_list_the_known_ones(adapter: str) -> None:
-    with pytest.raises(TargetError, match=r"unknown adapter .*known: transformers"):
+    with pytest.raises(TargetError, match=r"unknown adapter .*known: .*transformers"):
         validate_adapter(adapter)
 
 

@@ -101,7 +101,7 @@ def test_an_empty_list_says_how_to_add_one(factory: sessionmaker[Session]) -> No
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--adapter", "sglang", "--install", "source"], "unknown adapter 'sglang'"),
+        (["--adapter", "tensorrt_llm", "--install", "source"], "unknown adapter 'tensorrt_llm'"),
         (["--adapter", "transformers", "--install", "conda"], "conda"),
         (["--adapter", "transformers", "--install", "source", "--policy", "some"], "some"),
         (["--adapter", "transformers", "--install", "source", "--poll", "5 minutes"], "invalid poll interval"),

@@ -168,6 +168,21 @@ def test_the_shipped_vllm_findings_are_the_entries_of_docs_findings() -> None:
 
 
 @pytest.mark.unit
+def test_the_shipped_sglang_findings_are_the_entries_of_docs_findings() -> None:
+    """One shipped finding per SGLang entry of docs/findings.md, each linking to that entry's anchor, titled as it."""
+    shipped = shipped_findings("sglang")
+    text = FINDINGS_MD.read_text()
+    headings = {a: line for line in text.splitlines() if line.startswith("#") for a in github_anchors(line)}
+    entries = {a for a in headings if re.search(r"-sglang-\d+$", a)}
+    assert len(entries) == len(shipped) == 2
+    assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
+    for finding in shipped:
+        heading = headings[finding.link.removeprefix("docs/findings.md#")].lstrip("#").strip().replace("`", "")
+        assert heading == f"{finding.title} (sglang 0.5.23)"
+        assert finding.covers_version("0.5.23")
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("case_id", "version", "key"),
     [

@@ -106,3 +106,35 @@ def test_only_vllm_0_34_and_later_on_a_machine_without_cuda_is_kernels_only(tmp_
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not kernels_only("vllm==0.34.0")  # a GPU worker keeps the plain install
+
+
+def test_sglang_without_cuda_installs_kernels_only_without_torchvision(index: Path) -> None:
+    """SGLang's CUDA wheel alone, the requirements its verification modules' import chain needs at the wheel's
+    versions, and the Triton its torch pin asks for; torchvision (CUDA-linked on the index) and CUDA-only kernel
+    packages stay out."""
+    requires = ("torch==2.14.1", "torchvision", "sglang-kernel==0.4.10", "msgspec", "orjson", 'psutil; extra == "test"')
+    _wheel(index, "sglang", "0.5.23", requires)
+    _wheel(index, "torch", "2.14.1", ('triton==3.8.0; platform_system == "Linux"',))
+    _wheel(index, "triton", "3.8.0")
+    _wheel(index, "msgspec", "0.19")
+    _wheel(index, "orjson", "3.10")
+
+    assert kernels_only("sglang==0.5.23")
+    folder = pip_install("sglang==0.5.23", log=False)
+
+    names = {p.name for p in folder.iterdir()}
+    assert {"sglang", "triton", "msgspec", "orjson"} <= names
+    assert not {n for n in names if n.startswith(("torchvision", "sglang_kernel", "psutil"))}
+    marker = (folder / KERNELS_ONLY_MARKER).read_text()
+    assert "triton==3.8.0 (asked by torch==2.14.1)" in marker
+    assert interpreter_env(folder)["TRITON_INTERPRET"] == "1"
+
+
+def test_sglang_from_0_5_on_a_machine_without_cuda_is_kernels_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernels_only("sglang==0.5.23")
+    assert not kernels_only("sglang==0.4.10")
+    assert not kernels_only("sglang-kernel==0.4.10")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not kernels_only("sglang==0.5.23")  # a GPU worker installs the full release
