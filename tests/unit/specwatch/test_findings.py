@@ -271,3 +271,12 @@ def test_shipped_matches_ignores_passes() -> None:
     assert shipped_matches([PASSED], target="transformers", version="5.24.0", distribution=None) == {}
     known = shipped_matches([KNOWN], target="transformers", version="5.24.0", distribution="transformers")
     assert isinstance(next(iter(known.values())), Finding)
+
+
+@pytest.mark.unit
+def test_the_shipped_llamacpp_findings_are_the_entries_of_docs_findings() -> None:
+    """One shipped finding per llama.cpp entry of docs/findings.md (headings end in the llama-cpp-python release)."""
+    shipped = shipped_findings("llamacpp")
+    entries = {a for a in github_anchors(FINDINGS_MD.read_text()) if re.search(r"-llama-cpp-python-\d+$", a)}
+    assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
+    assert len(entries) == 1

@@ -1,0 +1,107 @@
+"""llama.cpp as a target, through llama-cpp-python: what the installed build offers, found by looking.
+
+The build's identity comes from :data:`~specwatch.targets.llamacpp.build.BUILD_INFO` when the package was built by
+the suite (``--pip llama-cpp-python==X``): the vendored llama.cpp commit, the library folder (set as
+``LLAMA_CPP_LIB_PATH`` before ``llama_cpp`` is imported: the package loads its library at import) and the tools.
+A llama-cpp-python installed otherwise runs with its own library and without the tools' cases (they say why).
+
+llama.cpp exposes no rejection-sampling function to call on a fixture: the target has end-to-end cases only
+(:mod:`.e2e`); the direct sampler refuses with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from specwatch.cases import Case
+from specwatch.sampling import Sampler, SpecOutput, SpecStep
+from specwatch.targets import TargetError
+from specwatch.targets.llamacpp.build import DISTRIBUTION, build_info
+
+
+class AdapterError(TargetError):
+    """llama-cpp-python cannot be loaded or lacks what the suite needs."""
+
+
+@dataclass
+class LlamaCppAdapter:
+    module: ModuleType
+    version: str
+    info: dict[str, Any] | None
+    features: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> LlamaCppAdapter:
+        info = build_info()
+        if info is not None:
+            os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(info["lib"]))
+        try:
+            llama_cpp = importlib.import_module("llama_cpp")
+        except Exception as exc:
+            raise AdapterError(f"cannot import llama_cpp: {type(exc).__name__}: {exc}") from exc
+        features = {
+            "prompt_lookup_decoding": _has("llama_cpp.llama_speculative", "LlamaPromptLookupDecoding"),
+            "generate_draft_model": "draft_model" in inspect.signature(llama_cpp.Llama.__init__).parameters,
+        }
+        for tool in ("llama-speculative", "llama-server"):
+            features[tool] = tool_path(info, tool) is not None
+        return cls(llama_cpp, str(getattr(llama_cpp, "__version__", "unknown")), info, features)
+
+    def describe(self) -> dict[str, str]:
+        """The build's identity: the distribution, its version, the llama.cpp commit it vendors and where it is."""
+        out = {
+            "name": "llamacpp",
+            "distribution": DISTRIBUTION,
+            "version": self.version,
+            "path": str(getattr(self.module, "__file__", "") or ""),
+            "torch": torch.__version__,
+        }
+        if self.info is not None and self.info.get("llama_cpp_commit"):
+            out["git_sha"] = str(self.info["llama_cpp_commit"])
+            out["llama_cpp_commit"] = str(self.info["llama_cpp_commit"])
+        if self.info is not None:
+            out["build_seconds"] = str(self.info.get("build_seconds"))
+        return out
+
+    def sampler(self) -> Sampler:
+        def none(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+            raise AdapterError("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")
+
+        return none
+
+    def cases(self) -> tuple[Case, ...]:
+        from specwatch.targets.llamacpp.e2e import e2e_cases  # noqa: PLC0415 - the models need transformers and gguf
+
+        return e2e_cases(self)
+
+
+def tool_path(info: dict[str, Any] | None, tool: str) -> Path | None:
+    """The built tool's path, or None (not built by the suite, or it did not build)."""
+    entry = (info or {}).get("tools", {}).get(tool, {})
+    path = entry.get("path") if isinstance(entry, dict) else None
+    return Path(path) if path and Path(path).exists() else None
+
+
+def tool_missing(info: dict[str, Any] | None, tool: str) -> str:
+    """Why ``tool`` is not available, in words."""
+    if info is None:
+        return f"{tool} is built by the suite with the release (--pip llama-cpp-python==X); this llama-cpp-python was installed otherwise"
+    entry = info.get("tools", {}).get(tool)
+    if isinstance(entry, dict) and entry.get("error"):
+        return f"{tool} {entry['error']}"
+    return f"{tool} was not built with this release (build log: {info.get('build_log')})"
+
+
+def _has(name: str, attr: str) -> bool:
+    try:
+        return hasattr(importlib.import_module(name), attr)
+    except ImportError:
+        return False

@@ -1,0 +1,189 @@
+"""A llama-cpp-python release built once per version into the suite's cache: its library and the llama.cpp tools.
+
+``--pip llama-cpp-python==X`` (and ``python -m specwatch.targets.install``) land here from
+:func:`specwatch.targets.install.pip_install`. The release is a source distribution that vendors the llama.cpp
+tree; it is downloaded once and the vendored tree is compiled once with CMake (a CPU build here: the machine's
+own instruction set; ``GGML_CUDA`` where the worker has CUDA) into shared libraries (``libllama``, ``libggml*``)
+and the tools the end-to-end cases drive (:data:`TOOLS`). The Python package is then installed from the same
+source distribution with its own library build switched off (``-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF``): it loads
+the libraries built here (``LLAMA_CPP_LIB_PATH``), so llama.cpp is compiled once, not twice, for the package and
+the tools. The build's identity (:data:`BUILD_INFO` in the package folder) records the llama.cpp commit the
+release vendors (from its changelog), the CMake options, the build time and the build log's path.
+
+Layout: ``<cache>/llamacpp/X/`` holds the distribution and its extracted tree, ``build/`` (CMake's,
+libraries and tools in ``build/bin``), ``build.log`` and ``python/`` (the folder put first on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from specwatch.targets import TargetError
+
+DISTRIBUTION = "llama-cpp-python"
+#: The build's identity, in the package folder: what the adapter reads.
+BUILD_INFO = "specwatch-llamacpp-build.json"
+#: The llama.cpp tools built beside the library (CMake targets), for the end-to-end cases.
+TOOLS = ("llama-speculative", "llama-server")
+#: CMake options of the tree: shared libraries for the Python package, no tests, no network (no curl).
+CMAKE_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF")
+
+
+def is_llamacpp(requirement: str) -> bool:
+    """Whether ``requirement`` names llama-cpp-python (any spelling of its name)."""
+    name = re.split(r"[=<>~!\[;\s]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower() == DISTRIBUTION
+
+
+def release_root(version: str, cache: Path) -> Path:
+    return cache / "llamacpp" / version
+
+
+def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
+    """Build ``llama-cpp-python==X`` (once; resumed where an earlier build stopped) and return its package folder.
+
+    Raises :class:`~specwatch.targets.install.InstallError` when the distribution cannot be downloaded or the
+    library does not build (the build log's tail in the message). A tool that does not build is recorded in the
+    identity (its cases then say so), not an install failure.
+    """
+    from specwatch.targets.install import install_failure  # noqa: PLC0415 - install imports this module
+
+    found = re.fullmatch(r"\s*[A-Za-z0-9_.\-]+==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
+    if found is None:
+        raise TargetError(f"--pip {requirement}: a llama-cpp-python release is named by its exact version (llama-cpp-python==X)")
+    version = found[1]
+    root = release_root(version, cache)
+    python = root / "python"
+    if (python / BUILD_INFO).exists():
+        return python
+    root.mkdir(parents=True, exist_ok=True)
+    if log:
+        print(f"building {requirement} into {root} (compiles llama.cpp: minutes)", file=sys.stderr, flush=True)  # noqa: T201
+    sdist = _download(requirement, root)
+    src = _extract(sdist, root)
+    started = time.monotonic()
+    tools = _cmake(src / "vendor" / "llama.cpp", root / "build", root / "build.log", requirement)
+    seconds = time.monotonic() - started
+    python.mkdir(exist_ok=True)
+    env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--upgrade",
+        "--target",
+        str(python),
+        str(sdist),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)  # noqa: S603
+    if result.returncode != 0:
+        raise install_failure(requirement, result.stdout + result.stderr)
+    for shared in ("numpy", "numpy.libs"):  # the interpreter's numpy stays in force
+        shutil.rmtree(python / shared, ignore_errors=True)
+    for dist_info in python.glob("numpy-*.dist-info"):
+        shutil.rmtree(dist_info, ignore_errors=True)
+    info = {
+        "distribution": DISTRIBUTION,
+        "version": version,
+        "llama_cpp_commit": vendored_commit(src, version),
+        "lib": str(root / "build" / "bin"),
+        "tools": tools,
+        "cmake_options": list(CMAKE_OPTIONS),
+        "build_seconds": round(seconds, 1),
+        "build_log": str(root / "build.log"),
+    }
+    (python / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n")
+    return python
+
+
+def _download(requirement: str, root: Path) -> Path:
+    from specwatch.targets.install import install_failure  # noqa: PLC0415
+
+    existing = sorted(root.glob("*.tar.gz"))
+    if existing:
+        return existing[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:"]
+    result = subprocess.run([*cmd, "-d", str(root), requirement], capture_output=True, text=True, check=False)  # noqa: S603
+    found = sorted(root.glob("*.tar.gz"))
+    if result.returncode != 0 or not found:
+        raise install_failure(requirement, result.stdout + result.stderr)
+    return found[0]
+
+
+def _extract(sdist: Path, dest: Path) -> Path:
+    """The distribution's top folder under ``dest`` (extracted once)."""
+    top = dest / sdist.name.removesuffix(".tar.gz")
+    if not top.is_dir():
+        with tarfile.open(sdist) as archive:
+            archive.extractall(dest, filter="data")
+    if not top.is_dir():
+        raise TargetError(f"{sdist.name} has no top folder {top.name}")
+    return top
+
+
+def _cmake(tree: Path, build: Path, log_path: Path, requirement: str) -> dict[str, Any]:
+    """Configure and build the library and :data:`TOOLS`; returns each tool's path, or why it did not build."""
+    from specwatch.targets.install import InstallError  # noqa: PLC0415
+
+    options = list(CMAKE_OPTIONS)
+    if shutil.which("nvcc"):
+        options.append("-DGGML_CUDA=ON")
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    jobs = str(os.cpu_count() or 2)
+    with log_path.open("a") as log:
+        steps: list[tuple[str, list[str]]] = [("configure", ["cmake", "-S", str(tree), "-B", str(build), *generator, *options])]
+        steps.append(("llama", ["cmake", "--build", str(build), "-j", jobs, "--target", "llama"]))
+        for name, cmd in steps:
+            log.write(f"\n$ {' '.join(cmd)}\n")
+            log.flush()
+            if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode != 0:  # noqa: S603
+                raise InstallError(
+                    requirement, "pip", f"the llama.cpp {name} step failed: {_tail(log_path)} (log: {log_path})", wanted=requirement
+                )
+        tools: dict[str, Any] = {}
+        for tool in TOOLS:
+            cmd = ["cmake", "--build", str(build), "-j", jobs, "--target", tool]
+            log.write(f"\n$ {' '.join(cmd)}\n")
+            log.flush()
+            ok = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode == 0  # noqa: S603
+            path = build / "bin" / tool
+            tools[tool] = {"path": str(path)} if ok and path.exists() else {"error": f"did not build: {_tail(log_path)}"}
+    return tools
+
+
+def _tail(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(lines[-3:])[-400:]
+
+
+def vendored_commit(src: Path, version: str) -> str | None:
+    """The llama.cpp commit the release vendors, as its changelog names it (``update llama.cpp to
+    ggml-org/llama.cpp@SHA`` in the release's section), or None."""
+    changelog = src / "CHANGELOG.md"
+    if not changelog.exists():
+        return None
+    section = re.search(rf"^## \[{re.escape(version)}\]\s*$(.*?)(?=^## \[|\Z)", changelog.read_text(errors="replace"), re.M | re.S)
+    found = re.search(r"llama\.cpp@([0-9a-f]{7,40})", section[1]) if section else None
+    return found[1] if found else None
+
+
+def build_info(paths: list[str] | None = None) -> dict[str, Any] | None:
+    """The identity of the build whose package folder is on ``paths`` (default ``sys.path``), or None."""
+    for entry in paths if paths is not None else sys.path:
+        candidate = Path(entry or ".") / BUILD_INFO
+        if candidate.is_file():
+            info: dict[str, Any] = json.loads(candidate.read_text())
+            return info
+    return None
