@@ -8,7 +8,7 @@ tested against its exact conditional law (:mod:`specwatch.conditional`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -19,7 +19,6 @@ from numpy.typing import NDArray
 from specwatch.conditional import (
     FLOAT32_MARGIN,
     PIT_BINS,
-    ConditionalBatch,
     TokenOrder,
     conditional_batch,
     pit_null,
@@ -40,6 +39,10 @@ E2E_HORIZON = 10
 E2E_DRAFTS = 3
 #: What every speculative end-to-end case must exercise (checked against the observed coverage).
 E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
+#: Outputs whose conditional laws one forward of the target computes.
+CONDITIONAL_CHUNK = 64
+#: A context every batch of ``generate()`` calls runs in, given the target (e.g. the MTP layers loaded once per process).
+AroundCalls = Callable[[Any], contextlib.AbstractContextManager[None]]
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
 _PROMPT: tuple[int, ...] = (1, 2, 3, 4, 1, 2)
 
@@ -132,9 +135,12 @@ class GenerateExperiment:
         prompt: Sequence[int] = _PROMPT,
         coverage: CoverageDesign | None = None,
         tuned: bool = True,
+        around_calls: AroundCalls | None = None,
     ) -> None:
         """``tuned=False`` leaves the library's drafting defaults (heuristic schedule, confidence threshold):
-        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``."""
+        the suite's earlier design, kept for the side-by-side comparison in ``bench/transformers_mutants.py``.
+        ``around_calls``: the context each batch of ``generate()`` calls runs in (:data:`AroundCalls`)."""
+        self.around_calls = around_calls
         self.transformers = transformers
         self.processing = processing
         self.device = device
@@ -165,11 +171,14 @@ class GenerateExperiment:
             logits: torch.Tensor = self.target(ids).logits[0, -1]
         return logits
 
-    def _conditional_logits(self, prompt: torch.Tensor, output: Sequence[int]) -> NDArray[np.float64]:
-        """Raw target logits (float64) of the next token after prompt + output[:t], for t = 0..len(output)-1."""
-        ids = torch.cat((prompt, torch.tensor([list(output)], dtype=torch.long, device=self.device)), dim=1)
+    def _conditional_logits(self, prompt: torch.Tensor, outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
+        """Raw target logits (float64, shape (n, H, V)) of the next token after prompt + output[:t], for each of the
+        n ``outputs`` (all of length H) and t = 0..H-1: one no-cache forward of the n sequences."""
+        body = torch.tensor([list(o) for o in outputs], dtype=torch.long, device=self.device)
+        ids = torch.cat((prompt.expand(len(outputs), -1), body), dim=1)
+        start = prompt.shape[1] - 1
         with torch.no_grad():
-            logits = self.target(ids, use_cache=False).logits[0, prompt.shape[1] - 1 : prompt.shape[1] - 1 + len(output)]
+            logits = self.target(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[:, start : start + body.shape[1]]
         rows: NDArray[np.float64] = logits.double().cpu().numpy()
         return rows
 
@@ -211,7 +220,7 @@ class GenerateExperiment:
         observer = DraftObserver()
         violations: list[Violation] = []
         outputs: list[list[int]] = []
-        with observer.watching() if self.speculative else contextlib.nullcontext():
+        with observer.watching() if self.speculative else contextlib.nullcontext(), _around(self.around_calls, self.target):
             for _ in range(n):
                 with torch.no_grad():
                     out = _generate(self.target, prompt, mask, kwargs)
@@ -221,9 +230,10 @@ class GenerateExperiment:
                     wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
                     return Observation({}, (wrong,), 0, b"")
                 outputs.append(new)
+        rows, keep = self._conditional_rows(outputs)
         for i, new in enumerate(outputs):
             counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-            batch = self._conditional(new, pit_w[i])
+            batch = conditional_batch(rows[i], np.asarray(new, dtype=np.int64), pit_w[i], keep=keep[i])
             for order in TokenOrder:
                 pit[order] += batch.counts[order]
             if batch.impossible is not None and not violations:
@@ -234,12 +244,32 @@ class GenerateExperiment:
         accepted = sum(accepted_in_call(a, self.horizon) for a in observer.call_accepted) if self.speculative else 0
         return Observation(found, tuple(violations), accepted, sample, coverage)
 
-    def _conditional(self, output: Sequence[int], w: NDArray[np.float64]) -> ConditionalBatch:
-        logits = self._conditional_logits(self.prompt, output)
+    def _conditional_rows(self, outputs: Sequence[Sequence[int]]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """Exact processed conditional laws (n, horizon, V) of every position of every output, and which rows the
+        conditional check keeps (:func:`processing_margin`, decided from the prefix only).
+
+        One no-cache forward of the target per :data:`CONDITIONAL_CHUNK` outputs: the outputs all have ``horizon``
+        tokens after the same prompt, so they stack without padding, and each row's logits depend on its own
+        prefix only (causal attention, no cache), as in one forward per output.
+        """
         p = self.processing
-        rows = p.probs(torch.from_numpy(logits)).numpy()
-        keep = np.array([processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in logits])
-        return conditional_batch(rows, np.asarray(output, dtype=np.int64), w, keep=keep)
+        if not outputs:
+            return np.zeros((0, self.horizon, self.vocab)), np.zeros((0, self.horizon), dtype=bool)
+        logits = np.concatenate(
+            [self._conditional_logits(self.prompt, outputs[i : i + CONDITIONAL_CHUNK]) for i in range(0, len(outputs), CONDITIONAL_CHUNK)]
+        )
+        flat = logits.reshape(-1, logits.shape[-1])
+        rows = p.probs(torch.from_numpy(flat)).numpy().reshape(logits.shape)
+        if p.top_k is None and p.top_p is None:
+            keep = np.ones(logits.shape[:2], dtype=bool)
+        else:
+            margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in flat]
+            keep = (np.asarray(margins) >= FLOAT32_MARGIN).reshape(logits.shape[:2])
+        return rows, keep
+
+
+def _around(around_calls: AroundCalls | None, target: Any) -> contextlib.AbstractContextManager[None]:
+    return around_calls(target) if around_calls is not None else contextlib.nullcontext()
 
 
 def _generate(model: Any, prompt: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
@@ -269,7 +299,9 @@ class GreedyEquivalenceExperiment:
         models: ModelFactory | None = None,
         vocab: int = E2E_VOCAB,
         coverage: CoverageDesign | None = None,
+        around_calls: AroundCalls | None = None,
     ) -> None:
+        self.around_calls = around_calls
         self.target, self.draft = (models or tiny_models)(transformers, device)
         self.vocab = vocab
         self.options = resolve_options(transformers, options, self.draft, device)
@@ -301,21 +333,24 @@ class GreedyEquivalenceExperiment:
         violations: list[Violation] = []
         samples: list[int] = []
         observer = DraftObserver()
-        for _ in range(n):
-            length = int(torch.randint(2, 7, (1,), generator=generator))
-            prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
-            mask = torch.ones_like(prompt)
-            with torch.no_grad():
-                plain = _generate(self.target, prompt, mask, base)
-                with observer.watching():
-                    assisted = _generate(self.target, prompt, mask, {**base, **self.options})
-                observer.call_done()
-            samples.extend(assisted[0].tolist())
-            if not torch.equal(plain, assisted):
-                violations.append(
-                    Violation(Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}")
-                )
-                break
+        with _around(self.around_calls, self.target):
+            for _ in range(n):
+                length = int(torch.randint(2, 7, (1,), generator=generator))
+                prompt = torch.randint(0, self.vocab, (1, length), generator=generator).to(self.device)
+                mask = torch.ones_like(prompt)
+                with torch.no_grad():
+                    plain = _generate(self.target, prompt, mask, base)
+                    with observer.watching():
+                        assisted = _generate(self.target, prompt, mask, {**base, **self.options})
+                    observer.call_done()
+                samples.extend(assisted[0].tolist())
+                if not torch.equal(plain, assisted):
+                    violations.append(
+                        Violation(
+                            Layer.LOSSLESS, f"prompt {prompt[0].tolist()}: greedy {plain[0].tolist()} != assisted {assisted[0].tolist()}"
+                        )
+                    )
+                    break
         coverage = observer.coverage()
         accepted = sum(accepted_in_call(a, E2E_HORIZON) for a in observer.call_accepted)  # drafts accepted in the assisted calls
         return Observation({}, tuple(violations), accepted, np.asarray(samples, dtype=np.int64).tobytes(), coverage)

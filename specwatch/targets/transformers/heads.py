@@ -21,6 +21,7 @@ in :mod:`specwatch.targets.transformers.models`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -31,9 +32,9 @@ from specwatch.cases import Case
 from specwatch.experiments import Experiment
 from specwatch.sampling import Processing
 from specwatch.targets.transformers.bindings import AdapterError, has, optional_import
-from specwatch.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment, GreedyEquivalenceExperiment
+from specwatch.targets.transformers.experiments import E2E_COVERAGE, AroundCalls, GenerateExperiment, GreedyEquivalenceExperiment
 from specwatch.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS, ModelFactory, dflash_models, gemma4_models
-from specwatch.targets.transformers.mtp import MtpFamily, mtp_models, select_family
+from specwatch.targets.transformers.mtp import LoadOnce, MtpFamily, mtp_models, select_family
 
 #: Tokens tested jointly, and the prompt (every id in :data:`~specwatch.targets.transformers.models.HEAD_VOCAB`).
 HEAD_LENGTH = 3
@@ -65,6 +66,11 @@ class HeadPath:
     models: ModelFactory
     #: Why the installed transformers cannot run it (None when it can).
     missing: str | None
+    #: Makes, per experiment, the context its generate() calls run in (MTP: the layers loaded once per process).
+    around_calls: Callable[[], AroundCalls] | None = None
+
+    def around(self) -> AroundCalls | None:
+        return self.around_calls() if self.around_calls is not None else None
 
 
 def head_cases(adapter: Installed) -> tuple[Case, ...]:
@@ -92,6 +98,7 @@ def _sampling_case(transformers: ModuleType, path: HeadPath, processing: Process
             vocab=HEAD_VOCAB,
             prompt=HEAD_PROMPT,
             coverage=E2E_COVERAGE,
+            around_calls=path.around(),
         )
 
     return Case(
@@ -108,7 +115,14 @@ def _sampling_case(transformers: ModuleType, path: HeadPath, processing: Process
 def _greedy_case(transformers: ModuleType, path: HeadPath) -> Case:
     def make(device: torch.device) -> Experiment:
         return GreedyEquivalenceExperiment(
-            transformers, path.options, device, pad_token_id=UNREACHABLE_EOS, models=path.models, vocab=HEAD_VOCAB, coverage=E2E_COVERAGE
+            transformers,
+            path.options,
+            device,
+            pad_token_id=UNREACHABLE_EOS,
+            models=path.models,
+            vocab=HEAD_VOCAB,
+            coverage=E2E_COVERAGE,
+            around_calls=path.around(),
         )
 
     return Case(
@@ -137,6 +151,7 @@ def _mtp_path(family: MtpFamily | None, missing: str | None) -> HeadPath:
         options={"use_mtp": True},
         models=models,
         missing=missing,
+        around_calls=lambda: LoadOnce().around,
     )
 
 

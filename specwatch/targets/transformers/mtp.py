@@ -1,7 +1,8 @@
 """Multi-token-prediction fixtures: a tiny target whose local checkpoint carries MTP layers, chosen per release.
 
 ``generate(use_mtp=True)`` drafts with ``MTPCandidateGenerator``, which loads the drafting layers with
-``MtpModel.from_pretrained(main_model)`` from the folder the target was loaded from, every call. It finds them
+``MtpModel.from_pretrained(main_model)`` from the folder the target was loaded from, every call (the cases load them
+once per process and reuse the model, :class:`LoadOnce`). It finds them
 by the patterns the target's class lists in ``_keys_to_ignore_on_load_unexpected`` (the keys a plain load
 skips; a pattern naming a layer index below the target's depth is dropped), renames the MTP layer of index
 ``num_hidden_layers + k`` to ``layers.k.mtp_block`` and then applies the MtpModel and model-family weight
@@ -32,12 +33,13 @@ family's checkpoint names, the target is loaded from that folder, and building t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -224,6 +226,47 @@ def _build(family: MtpFamily, transformers: ModuleType, device: torch.device) ->
             f"MtpModel.from_pretrained did not load the {family.name} MTP weights written to the local checkpoint: {', '.join(wrong[:4])}"
         )
     return target
+
+
+class LoadOnce:
+    """``MtpModel.from_pretrained`` of one target run once per process, its model reused by later ``generate()`` calls.
+
+    ``MTPCandidateGenerator.__init__`` loads the MTP layers from the target's checkpoint folder on every ``generate()``
+    call (about 137 ms for the tiny Inkling fixture, more than the call's own decoding). Inside :meth:`around` the
+    first load for ``target`` runs the library's loader and keeps its model; later loads for the same target and
+    arguments return that model. The loader itself is still exercised (here, and when the fixture is built, which
+    checks that it reads back exactly the weights written); ``MtpModel``'s forward keeps no state between calls
+    (its cache is the generator's ``MtpCache``, made afresh each call), so the calls decode as they would with a
+    fresh load. ``loads`` counts the real loads, ``reused`` the calls served from the kept model.
+    """
+
+    def __init__(self) -> None:
+        self.loads = 0
+        self.reused = 0
+        self._kept: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def around(self, target: Any) -> Iterator[None]:
+        mtp_model_cls = importlib.import_module("transformers.modeling_layers").MtpModel
+        original = mtp_model_cls.__dict__["from_pretrained"]
+        load = original.__func__
+
+        def from_pretrained(cls: Any, main_model: Any, *args: Any, **kwargs: Any) -> Any:
+            if main_model is not target or cls is not mtp_model_cls:
+                return load(cls, main_model, *args, **kwargs)
+            key = repr((args, sorted(kwargs.items())))
+            if key not in self._kept:
+                self._kept[key] = load(cls, main_model, *args, **kwargs)
+                self.loads += 1
+            else:
+                self.reused += 1
+            return self._kept[key]
+
+        mtp_model_cls.from_pretrained = classmethod(from_pretrained)
+        try:
+            yield
+        finally:
+            mtp_model_cls.from_pretrained = original
 
 
 def _initialise(main: Any, mtp: Any) -> None:

@@ -190,3 +190,22 @@ def test_finding_inkling_raises_on_a_prompt_shorter_than_its_convolution_kernel(
     assert result.verdict == Verdict.FAIL, result.reason
     assert result.failure == Failure.RAISED
     assert "The size of tensor a (4) must match the size of tensor b" in (result.reason or "")
+
+
+def test_the_mtp_layers_load_once_per_experiment_and_decode_as_fresh_loads_do(target):
+    """LoadOnce: the library's loader runs once, later generate() calls reuse its model, and the tokens drawn under one
+    seed are those the library draws when it loads the layers afresh on every call."""
+    case = next(c for c in target.cases if c.id == "e2e/mtp/processed")
+    if case.skip_reason:
+        pytest.skip(case.skip_reason)
+    experiment = case.build(target.sampler, torch.device("cpu"))
+    reused = experiment.around_calls
+    assert reused is not None
+    kept = reused.__self__
+    first = experiment.run(6, torch.Generator().manual_seed(5))
+    experiment.around_calls = None
+    fresh = experiment.run(6, torch.Generator().manual_seed(5))
+    assert (kept.loads, kept.reused) == (1, 5)
+    assert first.sample == fresh.sample
+    assert first.accepted_total == fresh.accepted_total
+    assert all((first.counts[k] == fresh.counts[k]).all() for k in first.counts)

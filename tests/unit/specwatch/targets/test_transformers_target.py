@@ -357,3 +357,24 @@ def test_every_speculative_e2e_case_is_designed_for_several_drafts_and_rounds(ta
     }
     assert built["e2e/assistant_model/processed"].coverage_design == E2E_COVERAGE
     assert built["e2e/control/plain"].coverage_design is None  # plain sampling drafts nothing
+
+
+@pytest.mark.parametrize("case_id", ["e2e/control/processed", "e2e/assistant_model/V256"])
+def test_the_batched_conditional_laws_equal_one_forward_per_output(target, case_id):
+    """The conditional check's laws come from one forward of many stacked outputs: each output's rows equal
+    those of a forward of that output alone, and the rows kept are those its own margins keep."""
+    import numpy as np
+
+    from specwatch.conditional import FLOAT32_MARGIN, processing_margin
+
+    experiment = next(c for c in target.cases if c.id == case_id).build(target.sampler, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(3)
+    outputs = [torch.randint(0, experiment.vocab, (experiment.horizon,), generator=generator).tolist() for _ in range(70)]
+    rows, keep = experiment._conditional_rows(outputs)
+    assert rows.shape == (70, experiment.horizon, experiment.vocab)
+    p = experiment.processing
+    for i in (0, 33, 69):  # in the first and the second forward of 64
+        alone = experiment._conditional_logits(experiment.prompt, [outputs[i]])[0]
+        np.testing.assert_allclose(rows[i], p.probs(torch.from_numpy(alone)).numpy(), atol=1e-6)
+        margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in alone]
+        assert keep[i].tolist() == [m >= FLOAT32_MARGIN for m in margins]

@@ -1,0 +1,120 @@
+"""Sensitivity per CPU-second of every end-to-end path of the transformers target (and a few direct cases).
+
+Per path (a case of the installed transformers), in one process with one thread, CPU time of this process
+(``time.process_time``: the figure that does not depend on how busy the machine is):
+
+* ``obs/CPU-s``: observations of the case's sizing check (every emitted token of a trial for the long-horizon
+  conditional check; one per trial for a direct case) per CPU-second of the whole harness (``Experiment.run``:
+  the library's calls, the draft observer, the exact laws and the counts);
+* ``TV/CPU-min``: the TV distance a design at the run's level (alpha / ``--tests``, power 1 - beta, the
+  sequential cap of ``stats.plan_test``) can detect with the observations one CPU-minute gives, the binding
+  check of the case deciding;
+* ``ratio``: the harness's CPU time against a bare loop of the same calls (``generate()`` with the case's own
+  arguments, prompt and models; the direct sampler on the case's step), same number of trials; goal <= 1.3.
+  Below 1 where the harness saves work a user's loop pays (the MTP layers loaded once per process);
+* ``CPU-s@e``: projected CPU-seconds of the case at the design TV e (its trial cap, ``runner.trial_cap``, times
+  the measured CPU per trial), for each ``--design`` value; the last line sums them (2 idle cores: about half
+  of the sum in wall time with ``--jobs 2``, plus start-up and the last case's tail).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_sensitivity.py [--trials 48] [--cases 'e2e/*'] [--tests 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import math
+import time
+from typing import Any
+
+import torch
+
+from specwatch.evidence import designed_checks
+from specwatch.runner import SuiteConfig, trial_cap
+from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, rejection_threshold
+from specwatch.targets import resolve
+
+DEFAULT_CASES = ("e2e/*", "direct/far_apart/V8/g1", "direct/close/V64/g5", "direct/llm_like/V1024/g4")
+
+
+def _bare_generate(experiment: Any, n: int) -> float:
+    """CPU seconds of ``n`` bare ``generate()`` calls with the case's arguments (no observer, no laws, no counts)."""
+    kwargs = experiment.generation_kwargs()
+    prompt = experiment.prompt
+    mask = torch.ones_like(prompt)
+    torch.manual_seed(0)
+    started = time.process_time()
+    with torch.no_grad():
+        for _ in range(n):
+            experiment.target.generate(prompt, attention_mask=mask, **kwargs)
+    return time.process_time() - started
+
+
+def _bare_direct(experiment: Any, n: int) -> float:
+    generator = torch.Generator().manual_seed(0)
+    started = time.process_time()
+    experiment.sampler(experiment.step, n, generator)
+    return time.process_time() - started
+
+
+def measure(target: Any, case: Any, trials: int, level: float, beta: float, designs: list[float]) -> dict[str, Any]:
+    experiment = case.build(target.sampler, torch.device("cpu"))
+    direct = hasattr(experiment, "step") and hasattr(experiment, "sampler")
+    n = trials if not direct else max(trials, 20_000)
+    generator = torch.Generator().manual_seed(1)
+    experiment.run(2 if not direct else 64, generator)  # warm-up (first calls, one-time loads)
+    started = time.process_time()
+    experiment.run(n, generator)
+    harness = (time.process_time() - started) / n
+    bare = (_bare_direct(experiment, n) if direct else _bare_generate(experiment, n)) / n
+    checks = designed_checks(experiment)
+    reach = max(c.reach for c in checks)
+    per_minute = 60.0 / harness
+    tv = max(detectable_epsilon(c.support, per_minute * c.reach / SEQUENTIAL_INFLATION, level, beta) for c in checks)
+    projected = {}
+    for epsilon in designs:
+        cap = trial_cap(experiment, SuiteConfig(epsilon=epsilon, beta=beta), epsilon, 1.0 / level)
+        projected[epsilon] = cap * harness
+    return {
+        "case": case.id,
+        "obs_per_cpu_s": reach / harness,
+        "tv_per_cpu_min": tv,
+        "ratio": harness / bare,
+        "ms_per_trial": 1000 * harness,
+        "projected": projected,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=48, help="generate() trials timed per path (harness and bare each)")
+    parser.add_argument("--cases", action="append", help="glob of case ids (repeatable)")
+    parser.add_argument("--tests", type=int, default=400, help="checks in the run (Bonferroni m) for the level")
+    parser.add_argument("--alpha", type=float, default=1e-4)
+    parser.add_argument("--beta", type=float, default=1e-3)
+    parser.add_argument("--design", type=float, action="append", help="design TV values to project (default 0.1, 0.05, 0.03)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    designs = args.design or [0.1, 0.05, 0.03]
+    level = 1.0 / rejection_threshold(args.alpha, args.tests)
+    target = resolve("transformers")
+    patterns = args.cases or list(DEFAULT_CASES)
+    cases = [c for c in target.cases if c.skip_reason is None and any(fnmatch.fnmatch(c.id, p) for p in patterns)]
+    cases = [c for c in cases if not c.id.startswith("e2e/greedy/")]  # fixed 64 prompts: no design TV
+    print(f"transformers {target.library.get('version')}; level alpha/m = {args.alpha}/{args.tests}, power {1 - args.beta}")
+    head = "".join(f"  CPU-s@{e:<5}" for e in designs)
+    print(f"{'path':46} {'ms/trial':>9} {'obs/CPU-s':>10} {'TV/CPU-min':>11} {'ratio':>6}{head}")
+    totals = dict.fromkeys(designs, 0.0)
+    for case in cases:
+        row = measure(target, case, args.trials, level, args.beta, designs)
+        cells = "".join(f"  {row['projected'][e]:>11.1f}" for e in designs)
+        figures = f"{row['ms_per_trial']:9.2f} {row['obs_per_cpu_s']:10.1f} {row['tv_per_cpu_min']:11.4f} {row['ratio']:6.2f}"
+        print(f"{row['case']:46} {figures}{cells}", flush=True)
+        for e in designs:
+            totals[e] += row["projected"][e] if math.isfinite(row["projected"][e]) else 0.0
+    cells = "".join(f"  {totals[e]:>11.1f}" for e in designs)
+    print(f"{'total (these paths, CPU-s)':46} {'':9} {'':10} {'':11} {'':6}{cells}")
+
+
+if __name__ == "__main__":
+    main()
