@@ -140,6 +140,24 @@ def _sections(lines: list[str], budget: int) -> list[dict[str, Any]]:
     return blocks
 
 
+def _confirmation_text(alert: Alert) -> str:
+    """How the alert's failure was made sure of, in words (the Slack message's context line)."""
+    by_kind = {
+        AlertKind.broken: "not needed (a broken commit is deterministic)",
+        AlertKind.configuration: "not a test result: the target's repository cannot be used, whatever the commit (one alert per target)",
+        AlertKind.uninstallable: "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)",
+    }
+    if alert.kind in by_kind:
+        return by_kind[alert.kind]
+    if alert.confirmed and alert.kind is AlertKind.exception:
+        return "confirmed by a second run with fresh seeds (the target raised again)"
+    if alert.confirmed:
+        return "confirmed by a second run with fresh seeds (the same checks' stopped e-values multiplied, or rejecting again)"
+    if any(e["reason"] == "drift" for e in alert_entries(alert.cases)):
+        return "acceptance drift against the recent passing baseline (Hoeffding-calibrated)"
+    return "not confirmed (confirmation runs are off)"
+
+
 def slack_message(
     alert: Alert,
     event: str,
@@ -172,20 +190,7 @@ def slack_message(
     commit_text = f"<{link}|`{sha}`>" if link else f"`{sha}`"
     # The alert's own page: the alerts list shows only unresolved alerts by default.
     dashboard = f"{dashboard_url.rstrip('/')}/ui/alerts/{alert.id}"
-    if alert.kind is AlertKind.broken:
-        confirmation = "not needed (a broken commit is deterministic)"
-    elif alert.kind is AlertKind.configuration:
-        confirmation = "not a test result: the target's repository cannot be used, whatever the commit (one alert per target)"
-    elif alert.kind is AlertKind.uninstallable:
-        confirmation = "the install failed on every attempt, retried with backoff (not a test result: nothing was tested)"
-    elif alert.confirmed and alert.kind is AlertKind.exception:
-        confirmation = "confirmed by a second run with fresh seeds (the target raised again)"
-    elif alert.confirmed:
-        confirmation = "confirmed by a second run with fresh seeds (the same checks' stopped e-values multiplied, or rejecting again)"
-    elif any(e["reason"] == "drift" for e in alert_entries(alert.cases)):
-        confirmation = "acceptance drift against the recent passing baseline (Hoeffding-calibrated)"
-    else:
-        confirmation = "not confirmed (confirmation runs are off)"
+    confirmation = _confirmation_text(alert)
     first_bad = f"*First bad commit:* {commit_text}"
     if alert.bisection_runs:
         first_bad += f" (bisection: {alert.bisection_runs} runs)"
