@@ -11,7 +11,9 @@ returns None and only the rlimits and the supervisor's limits apply.
 
 The suite joins its group between fork and exec (:meth:`RunCgroup.joiner`: it writes ``0`` to ``cgroup.procs``
 through a descriptor the worker opened, then closes it), so nothing it starts is ever outside it. At the end
-:meth:`RunCgroup.remove` kills what is left in the group and removes it.
+:meth:`RunCgroup.remove` kills what is left in the group and removes it. A worker killed before that leaves its
+group behind: the next group made beside it removes it (:func:`remove_stale_groups`, by the dead worker's pid in
+the name).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import time
@@ -29,6 +32,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "specwatch-suite-"
+# A step's group is named after the worker that made it: specwatch-suite-<worker pid>-<random>.
+_OWNER = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+$")
 
 
 @dataclass
@@ -103,6 +109,29 @@ class RunCgroup:
         return not any(folder.exists() for folder in self.folders)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_groups(parent: Path) -> list[Path]:
+    """Remove the step groups under ``parent`` whose worker is gone (killed before it could remove them), with
+    whatever they still hold; the groups removed. A live worker's groups, and anything not named by a worker, stay."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for folder in parent.iterdir():
+            owner = _OWNER.match(folder.name)
+            if owner and folder.is_dir() and not _alive(int(owner.group(1))) and RunCgroup((folder,), 0).remove(wait_s=1.0):
+                log.info("cgroup_stale_removed folder=%s", folder)
+                removed.append(folder)
+    return removed
+
+
 def _own_paths() -> dict[str, str]:
     """The worker's group per hierarchy: ``""`` for cgroup v2's unified one, else the controller names."""
     paths: dict[str, str] = {}
@@ -125,6 +154,7 @@ def _v2(own: str, name: str, max_processes: int | None, memory_bytes: int | None
         enabled = set((parent / "cgroup.subtree_control").read_text().split())
         if not wanted <= enabled:
             _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(wanted - enabled)))
+        remove_stale_groups(parent)
         folder = parent / name
         folder.mkdir()
     except OSError as exc:
@@ -159,7 +189,9 @@ def _v1(own: dict[str, str], name: str, max_processes: int | None, memory_bytes:
     try:
         for controller in needed:
             files = limits[controller]
-            folder = CGROUP_ROOT / controller / own[controller].lstrip("/") / name
+            parent = CGROUP_ROOT / controller / own[controller].lstrip("/")
+            remove_stale_groups(parent)
+            folder = parent / name
             folder.mkdir()
             folders.append(folder)
             group = RunCgroup(tuple(folders), 1)
@@ -177,7 +209,7 @@ def make_run_cgroup(max_processes: int | None, memory_bytes: int | None) -> RunC
     """A new group for one suite step with these limits, or None where the worker cannot make one here."""
     if max_processes is None and memory_bytes is None:
         return None
-    name = f"specwatch-suite-{os.getpid()}-{secrets.token_hex(4)}"
+    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     own = _own_paths()
     if (CGROUP_ROOT / "cgroup.controllers").exists() and "" in own:
         return _v2(own[""], name, max_processes, memory_bytes)

@@ -22,7 +22,7 @@ from specwatch.sandbox import resolve_sandbox
 from tests.support.postgres import migrate
 from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
 from tests.support.workers import add_runs, flush_redis, session_maker, worker_environment
-from workers.cgroups import make_run_cgroup
+from workers.cgroups import CGROUP_ROOT, make_run_cgroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -54,8 +54,9 @@ def _sampler_with(prefix: str) -> str:
     return CORRECT.replace("import torch\n", "import torch\n" + prefix, 1)
 
 
-def run_two(tmp_path: Path, hostile: str, **worker: str) -> tuple[Run, Run]:
-    """The hostile commit, then the correct one, run by one worker process under bubblewrap; both runs."""
+def run_two(tmp_path: Path, hostile: str, **worker: str) -> tuple[Run, Run, int]:
+    """The hostile commit, then the correct one, run by one worker process under bubblewrap; both runs and the
+    worker's pid (its steps' cgroups are named after it)."""
     database = tmp_path / "specwatch.db"
     url = f"sqlite:///{database}"
     migrate(url)
@@ -72,25 +73,26 @@ def run_two(tmp_path: Path, hostile: str, **worker: str) -> tuple[Run, Run]:
     )
     flush_redis()
     try:
-        done = subprocess.run(
+        with subprocess.Popen(
             [sys.executable, "-c", script, str(first), str(second)],
             cwd=ROOT,
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=600,
-            check=False,
-        )
+        ) as worker_process:
+            _, stderr = worker_process.communicate(timeout=600)
     finally:
         flush_redis()
-    assert done.returncode == 0, done.stderr[-3000:]  # the worker survived both
+    assert worker_process.returncode == 0, stderr[-3000:]  # the worker survived both
     with session_maker(url) as factory, factory() as session:
         runs = {run.id: run for run in session.scalars(select(Run))}
-    return runs[first], runs[second]
+    return runs[first], runs[second], worker_process.pid
 
 
-def _run_cgroups() -> set[Path]:
-    return set(Path("/sys/fs/cgroup").glob("**/specwatch-suite-*"))
+def _run_cgroups(worker_pid: int) -> set[Path]:
+    """The step groups a worker made that are still there (other tests' workers may run beside this one)."""
+    return set(Path("/sys/fs/cgroup").glob(f"**/specwatch-suite-{worker_pid}-*"))
 
 
 def _left_running(tmp_path: Path) -> list[str]:
@@ -119,21 +121,37 @@ def _enforced() -> None:
 
 
 def test_a_fork_bomb_ends_its_run_at_the_process_limit_and_the_worker_goes_on(tmp_path: Path) -> None:
-    groups = _run_cgroups()
-    bomb, after = run_two(tmp_path, FORK_BOMB, sandbox_max_processes=str(MAX_PROCESSES))
+    bomb, after, worker_pid = run_two(tmp_path, FORK_BOMB, sandbox_max_processes=str(MAX_PROCESSES))
     assert bomb.status.value == "error"
     assert bomb.error == f"the suite reached its limit of {MAX_PROCESSES} processes and threads and was killed"
     assert after.status.value == "passed", after.error
     assert _left_running(tmp_path) == []
-    assert _run_cgroups() <= groups  # each step's cgroup removed
+    assert _run_cgroups(worker_pid) == set()  # each step's cgroup removed
 
 
 def test_an_over_allocation_in_all_ends_its_run_at_the_memory_limit_and_the_worker_goes_on(tmp_path: Path) -> None:
-    groups = _run_cgroups()
-    hog, after = run_two(tmp_path, OVER_ALLOCATION, memory_total_limit_mb="1200")
+    hog, after, worker_pid = run_two(tmp_path, OVER_ALLOCATION, memory_total_limit_mb="1200")
     assert hog.status.value == "error"
     assert hog.error is not None
     assert hog.error.startswith("the suite reached its memory limit of 1200 MiB for all its processes"), hog.error
     assert after.status.value == "passed", after.error
     assert _left_running(tmp_path) == []
-    assert _run_cgroups() <= groups  # each step's cgroup removed
+    assert _run_cgroups(worker_pid) == set()  # each step's cgroup removed
+
+
+def test_a_group_left_by_a_killed_worker_is_removed_when_the_next_one_is_made() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    group = make_run_cgroup(MAX_PROCESSES, None)
+    assert group is not None, "this machine lets the worker make cgroups (the probes above need it)"
+    try:
+        # A real cgroup named after a worker that is gone, beside the new one (killed before it removed its group).
+        stale = group.folders[0].parent / f"specwatch-suite-{gone.pid}-0badcafe"
+        stale.mkdir()
+    finally:
+        group.remove()
+    again = make_run_cgroup(MAX_PROCESSES, None)
+    assert again is not None
+    again.remove()
+    assert not stale.exists()
+    assert stale.is_relative_to(CGROUP_ROOT)
