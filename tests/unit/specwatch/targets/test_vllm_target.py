@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
 ]
 
-_REPRO = Path(__file__).resolve().parents[5] / "docs" / "repro" / "vllm_cpu_expand_kernel.py"
+_REPRO = Path(__file__).resolve().parents[4] / "docs" / "repro" / "vllm_cpu_expand_kernel.py"
 
 
 @pytest.fixture(scope="module")
