@@ -35,7 +35,7 @@ test-slow: test-deps install
 	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp"
 
 # Everything CI runs.
-test-all: test test-slow test-vllm test-compose
+test-all: test test-slow test-vllm test-sglang test-compose
 
 # The vLLM target against a real build: VLLM_PIP is installed into the suite's release cache (minutes and
 # about 2.5 GB the first time), then its tests run with it first on PYTHONPATH. CI runs this after `make test` and `make test-slow`.
