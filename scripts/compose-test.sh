@@ -48,6 +48,8 @@ for tool in podman:podman runc:runc newuidmap:uidmap slirp4netns:slirp4netns pas
             catatonit:catatonit debootstrap:debootstrap docker-compose:docker-compose; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || [ -x "/usr/libexec/podman/${tool%%:*}" ] || need+=("${tool#*:}")
 done
+# The services find each other by name: podman's CNI networks need the dnsname plugin (only recommended by podman).
+[ -x /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
 if [ "${#need[@]}" -gt 0 ]; then
     say "installing ${need[*]}"
     bounded 600 apt-get update -q >/dev/null
