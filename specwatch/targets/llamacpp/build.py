@@ -138,7 +138,7 @@ def _cmake(tree: Path, build: Path, log_path: Path, requirement: str) -> dict[st
     from specwatch.targets.install import InstallError  # noqa: PLC0415
 
     options = list(CMAKE_OPTIONS)
-    if shutil.which("nvcc"):
+    if cuda_device():
         options.append("-DGGML_CUDA=ON")
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     jobs = str(os.cpu_count() or 2)
@@ -161,6 +161,16 @@ def _cmake(tree: Path, build: Path, log_path: Path, requirement: str) -> dict[st
             path = build / "bin" / tool
             tools[tool] = {"path": str(path)} if ok and path.exists() else {"error": f"did not build: {_tail(log_path)}"}
     return tools
+
+
+def cuda_device() -> bool:
+    """Whether the worker has a CUDA device to build for: a compiler alone (``nvcc`` on a machine without a GPU)
+    would compile CUDA kernels for every architecture (half an hour on two cores) for a library that then runs on
+    the CPU."""
+    if not shutil.which("nvcc") or not shutil.which("nvidia-smi"):
+        return False
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)  # noqa: S607
+    return listed.returncode == 0 and "GPU" in listed.stdout
 
 
 def _tail(path: Path) -> str:
