@@ -37,6 +37,9 @@ E2E_LENGTH = 2
 #: verification: 10 tokens at most 4 per round means at least 3 verification rounds per call.
 E2E_HORIZON = 10
 E2E_DRAFTS = 3
+#: TV distance every end-to-end sampling case is designed for in the default profile (``--quick`` raises it to
+#: ``runner.QUICK_EPSILON``): the conditional checks' PIT law, 11 times the observations of TV 0.1.
+E2E_EPSILON = 0.03
 #: What every speculative end-to-end case must exercise (checked against the observed coverage).
 E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
 #: Outputs whose conditional laws one forward of the target computes.

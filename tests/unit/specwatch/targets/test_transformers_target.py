@@ -36,7 +36,10 @@ def test_the_adapter_detects_the_installed_release(target):
 
 
 def _run(target, patterns):
-    return run_suite(select(patterns, target.cases), target.sampler, SuiteConfig(seed=3), target=target.spec, library=target.library)
+    """The default profile at TV 0.1: these tests pin verdicts, which do not depend on the design; the catalogue's own
+    TV 0.03 takes 11 times the trials (its cost: bench/suite_sensitivity.py)."""
+    config = SuiteConfig(seed=3, epsilon=0.1)
+    return run_suite(select(patterns, target.cases), target.sampler, config, target=target.spec, library=target.library)
 
 
 @pytest.mark.slow
@@ -378,3 +381,17 @@ def test_the_batched_conditional_laws_equal_one_forward_per_output(target, case_
         np.testing.assert_allclose(rows[i], p.probs(torch.from_numpy(alone)).numpy(), atol=1e-6)
         margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in alone]
         assert keep[i].tolist() == [m >= FLOAT32_MARGIN for m in margins]
+
+
+def test_the_default_profile_designs_sampling_cases_at_tv_0_03_and_direct_cases_at_0_05(target):
+    """Issue 31: every end-to-end sampling case at TV 0.03, the direct battery at 0.05 (0.1 for the 50,257-token
+    vocabulary) in the default profile; ``--quick`` tests everything at TV 0.1 or more."""
+    sampling = [c for c in target.cases if c.family == "e2e" and not c.id.startswith("e2e/greedy/")]
+    direct = [c for c in target.cases if c.family == "direct"]
+    assert len(sampling) >= 18
+    assert len(direct) >= 18
+    assert {c.epsilon for c in sampling} == {0.03}
+    assert {c.id: c.epsilon for c in direct if c.id.startswith("direct/large_vocab/")} == {"direct/large_vocab/V50257/g1": 0.1}
+    assert {c.epsilon for c in direct if not c.id.startswith("direct/large_vocab/")} == {0.05}
+    quick = SuiteConfig(quick=True)
+    assert min(quick.epsilon_for(c) for c in target.cases if c.quick) >= 0.1
