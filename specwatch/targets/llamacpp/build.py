@@ -61,6 +61,12 @@ def release_root(version: str, cache: Path) -> Path:
     return cache / "llamacpp" / version
 
 
+def release_built(requirement: str, cache: Path) -> bool:
+    """Whether ``llama-cpp-python==X`` is built in the cache already (CI runs the target's smoke only then)."""
+    found = re.fullmatch(r"\s*[A-Za-z0-9_.\-]+==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
+    return found is not None and (release_root(found[1], cache) / "python" / BUILD_INFO).is_file()
+
+
 def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
     """Build ``llama-cpp-python==X`` (once; resumed where an earlier build stopped) and return its package folder.
 

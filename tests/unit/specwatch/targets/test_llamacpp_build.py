@@ -68,3 +68,31 @@ def test_a_checkout_build_runs_the_tools_cases_and_says_why_the_python_ones_are_
         assert "no llama-cpp-python" in str(skipped[case_id]), case_id
     assert "no llama-cpp-python" in str(skipped["e2e/forward/gguf_reference"])
     assert "no llama-cpp-python" not in str(skipped["e2e/speculative/plain"])  # the tool's own reason (not built here)
+
+
+def test_a_release_counts_as_built_once_its_identity_is_written(tmp_path):
+    assert not build.release_built("llama-cpp-python==0.3.36", tmp_path)
+    python = build.release_root("0.3.36", tmp_path) / "python"
+    python.mkdir(parents=True)
+    assert not build.release_built("llama-cpp-python==0.3.36", tmp_path)  # a build that stopped before its identity
+    (python / build.BUILD_INFO).write_text("{}")
+    assert build.release_built("llama-cpp-python==0.3.36", tmp_path)
+    assert not build.release_built("llama-cpp-python==0.3.35", tmp_path)
+    assert not build.release_built("llama-cpp-python>=0.3", tmp_path)
+
+
+def test_run_source_on_a_checkout_that_does_not_build_is_a_target_error(tmp_path, monkeypatch, capsys):
+    """``--source`` names the llamacpp target by the checkout's files (not its folder's name) and builds it first: a
+    tree CMake cannot build is refused with exit 2 and the reason, before any case runs."""
+    from specwatch.__main__ import main  # noqa: PLC0415 - the command line, as a user runs it
+
+    repo = tmp_path / "checkout"
+    (repo / "include").mkdir(parents=True)
+    (repo / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.14)\nproject(llama CXX)\n")  # no target `llama`
+    (repo / "include" / "llama.h").write_text("// llama\n")
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["run", "--source", str(repo), "--cases", "e2e/greedy/speculative"]) == 2
+    err = capsys.readouterr().err
+    assert f"--source {repo}" in err
+    assert "llama.cpp" in err
+    assert "no target tests" not in err
