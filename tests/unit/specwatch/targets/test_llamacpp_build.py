@@ -84,7 +84,7 @@ def test_a_release_counts_as_built_once_its_identity_is_written(tmp_path):
 def test_run_source_on_a_checkout_that_does_not_build_is_a_target_error(tmp_path, monkeypatch, capsys):
     """``--source`` names the llamacpp target by the checkout's files (not its folder's name) and builds it first: a
     tree CMake cannot build is refused with exit 2 and the reason, before any case runs."""
-    from specwatch.__main__ import main  # noqa: PLC0415 - the command line, as a user runs it
+    from specwatch.__main__ import main
 
     repo = tmp_path / "checkout"
     (repo / "include").mkdir(parents=True)
