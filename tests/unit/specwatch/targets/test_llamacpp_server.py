@@ -4,9 +4,14 @@ server (a Python HTTP server answering as llama-server does)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,7 +144,22 @@ def stand_in(tmp_path: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    return subprocess.run(["ps", "-p", str(pid)], capture_output=True, check=False).returncode == 0
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _gone(pid: int, seconds: float = 20.0) -> bool:
+    """Whether ``pid`` stops running within ``seconds`` (a signal's delivery is asynchronous: polled)."""
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_server_answers_requests_and_stops_when_closed(stand_in):
@@ -165,3 +185,45 @@ def test_a_server_that_never_answers_is_a_path_error_and_is_stopped(tmp_path):
     with pytest.raises(PathError, match="did not answer /health"):
         LlamaServer(script, [], start_timeout=0.5)
     assert subprocess.run(["pgrep", "-f", str(script)], capture_output=True, check=False).returncode == 1
+
+
+WORKER = textwrap.dedent(
+    """
+    from pathlib import Path
+    from specwatch.targets.llamacpp.server import LlamaServer
+    _servers = []
+    def start(binary):
+        _servers.append(LlamaServer(Path(binary), []))
+        return _servers[-1]._process.pid
+    """
+)
+
+
+def test_a_pool_workers_servers_stop_when_the_worker_exits(stand_in, tmp_path, monkeypatch):
+    # The suite's process pool runs cases in spawned workers, whose atexit handlers do not run.
+    (tmp_path / "server_worker.py").write_text(WORKER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import server_worker
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pid = pool.submit(server_worker.start, str(stand_in)).result()
+        assert _alive(pid)
+    assert _gone(pid)
+
+
+def test_a_server_dies_with_a_killed_parent(stand_in):
+    code = "import sys; from pathlib import Path; from specwatch.targets.llamacpp.server import LlamaServer; "
+    code += f"s = LlamaServer(Path({str(stand_in)!r}), []); print(s._process.pid, flush=True); sys.stdin.read()"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        assert _alive(pid)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert _gone(pid)
+    finally:
+        parent.stdin.close()  # type: ignore[union-attr]
+        parent.stdout.close()
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
