@@ -73,7 +73,7 @@ test-sglang: test-deps install
 LLAMACPP_PIP ?= llama-cpp-python==0.3.36
 test-llamacpp: test-deps install
 	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(LLAMACPP_PIP)'))" > .llamacpp-path
-	PYTHONPATH="$$(cat .llamacpp-path)" SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m llamacpp tests/e2e/test_llamacpp_target.py
+	PYTHONPATH="$$(cat .llamacpp-path)" SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m llamacpp tests/e2e/test_llamacpp_target.py tests/e2e/test_llamacpp_server.py
 
 # The compose tier (scripts/compose-test.sh): the stack of docker-compose.yml brought up for real through podman's
 # Docker API (podman, docker-compose and debootstrap installed from Debian's packages when missing; as root),

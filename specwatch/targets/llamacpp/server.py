@@ -112,6 +112,7 @@ def request_body(prompt: Sequence[int], chain: LlamaChain | None, horizon: int, 
         "cache_prompt": False,
         "return_tokens": True,
         "stream": False,
+        "response_fields": ["tokens", "timings", "stop_type"],
     }
 
 

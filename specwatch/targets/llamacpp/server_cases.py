@@ -210,7 +210,7 @@ def server_cases(adapter: Any) -> list[Case]:
         cases.append(Case(id=case_id, family="e2e", description=what, epsilon=0.1, make_experiment=make, skip_reason=skip, quick=quick))
 
     for label, (settings, desc) in chains.items():
-        chain = _banning(settings)
+        chain = ignore_eos_chain(settings)
         for name, (config, how) in configs.items():
             add(
                 f"e2e/server_{name}/{label}",
@@ -220,10 +220,10 @@ def server_cases(adapter: Any) -> list[Case]:
     add(
         "e2e/server_control/processed",
         f"llama-server without drafting (the harness's control; T 0.8, top-k 6, top-p 0.9, min-p 0.05): {described}",
-        lambda device: GenerateExperiment(plain, _banning(PROCESSING_ON), speculative=False, horizon=SERVER_HORIZON),
+        lambda device: GenerateExperiment(plain, ignore_eos_chain(PROCESSING_ON), speculative=False, horizon=SERVER_HORIZON),
         quick=False,
     )
-    processed = _banning(PROCESSING_ON)
+    processed = ignore_eos_chain(PROCESSING_ON)
     for name, (config, how) in configs.items():
         add(
             f"e2e/greedy/server_{name}",
@@ -239,6 +239,6 @@ def server_cases(adapter: Any) -> list[Case]:
     return cases
 
 
-def _banning(settings: dict[str, float]) -> LlamaChain:
+def ignore_eos_chain(settings: dict[str, float]) -> LlamaChain:
     """The chain of ``settings`` with the end-of-generation token banned (the server's ``ignore_eos``)."""
     return LlamaChain(**settings, banned=IGNORE_EOS)  # type: ignore[arg-type]
