@@ -21,9 +21,9 @@ def _child(trials: int) -> None:
     import torch
 
     from specwatch.targets.llamacpp.adapter import LlamaCppAdapter, tool_path
-    from specwatch.targets.llamacpp.e2e import PROCESSING_ON, PROMPT, GenerateExperiment
+    from specwatch.targets.llamacpp.e2e import PROMPT, GenerateExperiment
     from specwatch.targets.llamacpp.server import ServerConfig, shared_server, stop_all
-    from specwatch.targets.llamacpp.server_cases import GAMMA, NGRAM, SERVER_HORIZON, ServerGenerate, ignore_eos_chain
+    from specwatch.targets.llamacpp.server_cases import GAMMA, NGRAM, SERVER_HORIZON, SERVER_PROCESSING, ServerGenerate, ignore_eos_chain
 
     adapter = LlamaCppAdapter.load()
     binary = tool_path(adapter.info, "llama-server")
@@ -34,7 +34,7 @@ def _child(trials: int) -> None:
     try:
         for spec in ("none", "draft", "ngram"):
             config = ServerConfig(spec, GAMMA, NGRAM)
-            for label, settings in (("plain", {}), ("processed", PROCESSING_ON)):
+            for label, settings in (("plain", {}), ("processed", SERVER_PROCESSING)):
                 chain = ignore_eos_chain(settings)
                 server = shared_server(binary, config)
                 server.complete(PROMPT, chain, SERVER_HORIZON, 0)

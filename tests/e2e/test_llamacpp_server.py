@@ -41,7 +41,7 @@ def _run(target, pattern: str):
 
 
 def _verdicts(result):
-    return [(c.case_id, c.verdict, c.message) for c in result.cases]
+    return [(c.case_id, c.verdict, c.reason) for c in result.results]
 
 
 def test_the_server_cases_run_with_the_built_tool(target):
@@ -54,7 +54,7 @@ def test_the_server_cases_run_with_the_built_tool(target):
 def test_the_shared_path_is_lossless_with_processing_on(target, spec):
     result = _run(target, f"e2e/server_{spec}/processed")
     assert result.verdict is Verdict.PASS, _verdicts(result)
-    coverage = result.cases[0].coverage
+    coverage = result.results[0].coverage
     assert coverage is not None, _verdicts(result)
     assert coverage["full"] > 0
     assert coverage["partial"] > 0

@@ -43,6 +43,12 @@ GREEDY_HORIZON = 16
 SEEDED_TRIALS = 64
 #: Drafts per verification (draft-simple's --spec-draft-n-max, ngram-simple's m-gram) and the n-gram looked up.
 GAMMA, NGRAM = 3, 2
+#: Processing on for the server's law (the end-of-generation token banned: ``ignore_eos``): every cut removes at
+#: least 1 % of the mass on each row the joint law enumerates and no row lies within 1e-4 of a boundary (the
+#: fixture check). The Python paths' setting (T 0.8, top-k 6, top-p 0.9, min-p 0.05) fails it once the token is
+#: banned: after prompt + (0, 1) top-p's boundary lies 4e-5 from a cumulative probability.
+SERVER_PROCESSING = {"temperature": 0.8, "top_k": 4, "top_p": 0.9, "min_p": 0.2}
+PROCESSED = "T 0.8, top-k 4, top-p 0.9, min-p 0.2"
 
 Drafter = Callable[[list[int], int], list[int]]
 
@@ -192,7 +198,7 @@ class SeededEqualityExperiment:
 def server_cases(adapter: Any) -> list[Case]:
     """The server's cases (each skipped with the reason where the release has no ``llama-server``)."""
     from specwatch.targets.llamacpp.adapter import tool_missing, tool_path  # noqa: PLC0415 - the adapter imports e2e
-    from specwatch.targets.llamacpp.e2e import PROCESSING_ON, GenerateExperiment, GreedyExperiment  # noqa: PLC0415
+    from specwatch.targets.llamacpp.e2e import GenerateExperiment, GreedyExperiment  # noqa: PLC0415
 
     binary = tool_path(adapter.info, "llama-server")
     skip = None if binary is not None else tool_missing(adapter.info, "llama-server")
@@ -202,7 +208,7 @@ def server_cases(adapter: Any) -> list[Case]:
         "ngram": (ServerConfig("ngram", GAMMA, NGRAM), f"n-gram drafting (ngram-simple, {NGRAM}-gram lookup, up to {GAMMA} drafts)"),
     }
     plain = ServerGenerate(path, ServerConfig("none"))
-    chains = {"plain": ({}, "processing off"), "processed": (PROCESSING_ON, "T 0.8, top-k 6, top-p 0.9, min-p 0.05")}
+    chains = {"plain": ({}, "processing off"), "processed": (SERVER_PROCESSING, PROCESSED)}
     described = f"every token of {SERVER_HORIZON} against its conditional law, the joint law of the first tokens"
     cases: list[Case] = []
 
@@ -219,11 +225,11 @@ def server_cases(adapter: Any) -> list[Case]:
             )
     add(
         "e2e/server_control/processed",
-        f"llama-server without drafting (the harness's control; T 0.8, top-k 6, top-p 0.9, min-p 0.05): {described}",
-        lambda device: GenerateExperiment(plain, ignore_eos_chain(PROCESSING_ON), speculative=False, horizon=SERVER_HORIZON),
+        f"llama-server without drafting (the harness's control; {PROCESSED}): {described}",
+        lambda device: GenerateExperiment(plain, ignore_eos_chain(SERVER_PROCESSING), speculative=False, horizon=SERVER_HORIZON),
         quick=False,
     )
-    processed = ignore_eos_chain(PROCESSING_ON)
+    processed = ignore_eos_chain(SERVER_PROCESSING)
     for name, (config, how) in configs.items():
         add(
             f"e2e/greedy/server_{name}",
@@ -233,7 +239,7 @@ def server_cases(adapter: Any) -> list[Case]:
         add(
             f"e2e/seeded/server_{name}",
             f"llama-server with {how} reproduces the non-speculative server token for token, per seed ({SEEDED_TRIALS} "
-            f"seeds, {SERVER_HORIZON} tokens, T 0.8, top-k 6, top-p 0.9, min-p 0.05)",
+            f"seeds, {SERVER_HORIZON} tokens, {PROCESSED})",
             lambda device, g=config: SeededEqualityExperiment(ServerGenerate(path, g), plain, processed),
         )
     return cases

@@ -74,6 +74,7 @@ def test_config_selects_the_speculative_type():
     assert ngram_args[ngram_args.index("--spec-ngram-simple-size-n") + 1] == "2"
     for args in (draft_args, ngram_args):
         assert args[args.index("-ctk") + 1] == args[args.index("-ctv") + 1] == "f32"
+        assert args[args.index("-fa") + 1] == "off"  # on the CPU, flash attention moves the logits by ~1e-3
     with pytest.raises(ValueError, match="spec"):
         ServerConfig("eagle")
 
