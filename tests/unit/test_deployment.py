@@ -519,6 +519,27 @@ def test_images_run_as_an_unprivileged_user() -> None:
         assert users[-1] not in ("root", "0"), name
 
 
+#: What each Debian package the worker image may install provides of the llama.cpp build's commands.
+DEBIAN_COMMANDS = {"cmake": ("cmake",), "g++": ("g++", "c++"), "clang": ("clang++",), "ninja-build": ("ninja",), "make": ("make",)}
+
+
+def test_worker_image_can_build_llama_cpp() -> None:
+    """The worker stage's apt-get installs a provider of every command the llama.cpp build needs (build.py's
+    BUILD_COMMANDS: CMake, a C++ compiler, a build tool); the api image needs none of them."""
+    from specwatch.targets.llamacpp.build import BUILD_COMMANDS
+
+    def installed(stage: str) -> set[str]:
+        lines = [line for line in dockerfile_stages()[stage] if "apt-get install" in line]
+        words = [word for line in lines for word in line.split("apt-get install", 1)[1].split("&&", 1)[0].split()]
+        packages = {word for word in words if not word.startswith("-")}
+        return {command for package in packages for command in DEBIAN_COMMANDS.get(package, ())}
+
+    provided = installed("worker")
+    for what, commands in BUILD_COMMANDS.items():
+        assert provided & set(commands), f"the worker image installs nothing that provides {what} ({commands})"
+    assert not installed("api")
+
+
 def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
     ignored = [
         line.strip().lstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")

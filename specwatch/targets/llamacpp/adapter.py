@@ -3,7 +3,9 @@
 The build's identity comes from :data:`~specwatch.targets.llamacpp.build.BUILD_INFO` when the package was built by
 the suite (``--pip llama-cpp-python==X``): the vendored llama.cpp commit, the library folder (set as
 ``LLAMA_CPP_LIB_PATH`` before ``llama_cpp`` is imported: the package loads its library at import) and the tools.
-A llama-cpp-python installed otherwise runs with its own library and without the tools' cases (they say why).
+A llama-cpp-python installed otherwise runs with its own library and without the tools' cases (they say why). A
+llama.cpp checkout's build (``--source``, :mod:`.checkout`) has the tools only: ``llama_cpp`` is not imported, and the
+cases of llama-cpp-python's paths say why they are skipped.
 
 llama.cpp exposes no rejection-sampling function to call on a fixture: the target has end-to-end cases only
 (:mod:`.e2e`); the direct sampler refuses with the reason.
@@ -24,7 +26,8 @@ import torch
 from specwatch.cases import Case
 from specwatch.sampling import Sampler, SpecOutput, SpecStep
 from specwatch.targets import TargetError
-from specwatch.targets.llamacpp.build import DISTRIBUTION, build_info
+from specwatch.targets.llamacpp.build import DISTRIBUTION, TOOLS, build_info
+from specwatch.targets.llamacpp.checkout import SOURCE_DISTRIBUTION
 
 
 class AdapterError(TargetError):
@@ -33,7 +36,8 @@ class AdapterError(TargetError):
 
 @dataclass
 class LlamaCppAdapter:
-    module: ModuleType
+    #: ``llama_cpp``; None for a llama.cpp checkout's build (``--source``: the tools only).
+    module: ModuleType | None
     version: str
     info: dict[str, Any] | None
     features: dict[str, bool] = field(default_factory=dict)
@@ -41,6 +45,8 @@ class LlamaCppAdapter:
     @classmethod
     def load(cls) -> LlamaCppAdapter:
         info = build_info()
+        if info is not None and info.get("distribution") == SOURCE_DISTRIBUTION:
+            return cls(None, str(info.get("version")), info, {tool: tool_path(info, tool) is not None for tool in TOOLS})
         if info is not None:
             os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(info["lib"]))
         try:
@@ -57,11 +63,12 @@ class LlamaCppAdapter:
 
     def describe(self) -> dict[str, str]:
         """The build's identity: the distribution, its version, the llama.cpp commit it vendors and where it is."""
+        source = self.module is None and self.info is not None
         out = {
             "name": "llamacpp",
-            "distribution": DISTRIBUTION,
+            "distribution": SOURCE_DISTRIBUTION if source else DISTRIBUTION,
             "version": self.version,
-            "path": str(getattr(self.module, "__file__", "") or ""),
+            "path": str((self.info or {}).get("source", "")) if source else str(getattr(self.module, "__file__", "") or ""),
             "torch": torch.__version__,
         }
         if self.info is not None and self.info.get("llama_cpp_commit"):
@@ -69,6 +76,12 @@ class LlamaCppAdapter:
             out["llama_cpp_commit"] = str(self.info["llama_cpp_commit"])
         if self.info is not None:
             out["build_seconds"] = str(self.info.get("build_seconds"))
+            options = [str(o) for o in self.info.get("cmake_options", [])]
+            out["cmake_options"] = " ".join(options)
+            # Builds record -DGGML_CUDA=ON|OFF; an identity written before that recorded the option only when on.
+            out["cuda"] = "on" if "-DGGML_CUDA=ON" in options else "off"
+            if source:
+                out["dirty"] = str(bool(self.info.get("dirty"))).lower()
         return out
 
     def sampler(self) -> Sampler:

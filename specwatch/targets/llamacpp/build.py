@@ -36,6 +36,19 @@ BUILD_INFO = "specwatch-llamacpp-build.json"
 TOOLS = ("llama-speculative", "llama-server")
 #: CMake options of the tree: shared libraries for the Python package, no tests, no network (no curl).
 CMAKE_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF")
+#: Commands the build needs, each by what it is and the commands that provide it (one is enough): the worker image
+#: installs them (Dockerfile, worker stage).
+BUILD_COMMANDS = {"CMake": ("cmake",), "a C++ compiler": ("c++", "g++", "clang++"), "a build tool": ("ninja", "make")}
+
+
+def missing_build_commands() -> list[str]:
+    """What :data:`BUILD_COMMANDS` this machine lacks, in words (empty: it can build llama.cpp)."""
+    return [f"{what} ({' or '.join(names)})" for what, names in BUILD_COMMANDS.items() if not any(shutil.which(n) for n in names)]
+
+
+def cmake_options() -> list[str]:
+    """The CMake options of a build on this machine: :data:`CMAKE_OPTIONS` and CUDA on or off (:func:`cuda_device`)."""
+    return [*CMAKE_OPTIONS, f"-DGGML_CUDA={'ON' if cuda_device() else 'OFF'}"]
 
 
 def is_llamacpp(requirement: str) -> bool:
@@ -46,6 +59,12 @@ def is_llamacpp(requirement: str) -> bool:
 
 def release_root(version: str, cache: Path) -> Path:
     return cache / "llamacpp" / version
+
+
+def release_built(requirement: str, cache: Path) -> bool:
+    """Whether ``llama-cpp-python==X`` is built in the cache already (CI runs the target's smoke only then)."""
+    found = re.fullmatch(r"\s*[A-Za-z0-9_.\-]+==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
+    return found is not None and (release_root(found[1], cache) / "python" / BUILD_INFO).is_file()
 
 
 def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
@@ -71,7 +90,7 @@ def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
     sdist = _download(requirement, root)
     src = _extract(sdist, root)
     started = time.monotonic()
-    tools = _cmake(src / "vendor" / "llama.cpp", root / "build", root / "build.log", requirement)
+    options, tools = cmake_build(src / "vendor" / "llama.cpp", root / "build", root / "build.log", requirement)
     seconds = time.monotonic() - started
     python.mkdir(exist_ok=True)
     env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}
@@ -100,7 +119,7 @@ def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
         "llama_cpp_commit": vendored_commit(src, version),
         "lib": str(root / "build" / "bin"),
         "tools": tools,
-        "cmake_options": list(CMAKE_OPTIONS),
+        "cmake_options": options,
         "build_seconds": round(seconds, 1),
         "build_log": str(root / "build.log"),
     }
@@ -133,13 +152,18 @@ def _extract(sdist: Path, dest: Path) -> Path:
     return top
 
 
-def _cmake(tree: Path, build: Path, log_path: Path, requirement: str) -> dict[str, Any]:
-    """Configure and build the library and :data:`TOOLS`; returns each tool's path, or why it did not build."""
+def cmake_build(
+    tree: Path, build: Path, log_path: Path, requirement: str, tools: tuple[str, ...] = TOOLS
+) -> tuple[list[str], dict[str, Any]]:
+    """Configure and build the library and ``tools``; returns the CMake options and each tool's path, or why it did
+    not build. Raises :class:`~specwatch.targets.install.InstallError` (``requirement`` names what was built) when
+    a build command is missing or the library does not build."""
     from specwatch.targets.install import InstallError  # noqa: PLC0415
 
-    options = list(CMAKE_OPTIONS)
-    if cuda_device():
-        options.append("-DGGML_CUDA=ON")
+    missing = missing_build_commands()
+    if missing:
+        raise InstallError(requirement, "pip", f"building llama.cpp needs {', '.join(missing)}: not found on PATH", wanted=requirement)
+    options = cmake_options()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     jobs = str(os.cpu_count() or 2)
     with log_path.open("a") as log:
@@ -152,15 +176,15 @@ def _cmake(tree: Path, build: Path, log_path: Path, requirement: str) -> dict[st
                 raise InstallError(
                     requirement, "pip", f"the llama.cpp {name} step failed: {_tail(log_path)} (log: {log_path})", wanted=requirement
                 )
-        tools: dict[str, Any] = {}
-        for tool in TOOLS:
+        built: dict[str, Any] = {}
+        for tool in tools:
             cmd = ["cmake", "--build", str(build), "-j", jobs, "--target", tool]
             log.write(f"\n$ {' '.join(cmd)}\n")
             log.flush()
             ok = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode == 0  # noqa: S603
             path = build / "bin" / tool
-            tools[tool] = {"path": str(path)} if ok and path.exists() else {"error": f"did not build: {_tail(log_path)}"}
-    return tools
+            built[tool] = {"path": str(path)} if ok and path.exists() else {"error": f"did not build: {_tail(log_path)}"}
+    return options, built
 
 
 def cuda_device() -> bool:

@@ -32,6 +32,10 @@ from specwatch.laws import sequence_law
 FloatArray = NDArray[np.float64]
 
 
+#: The least mass an active cut removes at each position of a processed fixture (:meth:`LlamaChain.fixture_law`).
+LEAST_CUT = 0.01
+
+
 class ChainFixtureError(ValueError):
     """A processed fixture that would not test what it names: a row within float noise of a boundary, or a
     processor that cuts nothing on some enumerated row."""
@@ -119,22 +123,31 @@ class LlamaChain:
     def fixture_law(
         self, next_logits: Callable[[tuple[int, ...]], NDArray[np.floating]], length: int, vocab: int, *, margin: float = 1e-4
     ) -> FloatArray:
-        """The exact law of the first ``length`` tokens, refusing a fixture whose enumerated rows lie within ``margin``
-        of a boundary or on which an active cut removes less than 1 % of the mass (:class:`ChainFixtureError`)."""
-        removed: list[dict[str, float]] = []
+        """The exact law of the first ``length`` tokens, refusing (:class:`ChainFixtureError`) a fixture with an
+        enumerated row within ``margin`` of a boundary, or with a position where an active cut removes less than
+        :data:`LEAST_CUT` of the mass on average over the rows (prefixes weighted by their probability under the law):
+        at every position, a chain that skipped the cut would emit another law. (Every row of a vocabulary of 8
+        cannot lose mass to each of three cuts in a row without the law collapsing onto a few sequences.)"""
+        removed: dict[tuple[int, ...], dict[str, float]] = {}
 
         def oracle(prefix: tuple[int, ...]) -> FloatArray:
             logits = np.asarray(next_logits(prefix), dtype=np.float64)
             if self.margin(logits) < margin:
                 raise ChainFixtureError(f"prefix {prefix}: a processing boundary is within {margin:g} of a token; choose another fixture")
-            removed.append(self.removed(logits))
+            removed[prefix] = self.removed(logits)
             return self.probs(logits)
 
         law = sequence_law(oracle, length, vocab)
-        for name, active in self.cuts.items():
-            least = min((r[name] for r in removed), default=0.0)
-            if active and least < 0.01:
-                raise ChainFixtureError(f"{name} removes only {least:.3g} of the mass on some enumerated row: choose another fixture")
+        cube = law.reshape((vocab,) * length)
+        for t in range(length):
+            reach = cube.sum(axis=tuple(range(t, length)))  # probability of each prefix of length t (a scalar at t = 0)
+            rows = [(float(reach[prefix]) if t else 1.0, r) for prefix, r in removed.items() if len(prefix) == t]
+            for name, active in self.cuts.items():
+                mass = sum(weight * r[name] for weight, r in rows)
+                if active and mass < LEAST_CUT:
+                    raise ChainFixtureError(
+                        f"{name} removes only {mass:.3g} of the mass at position {t} (on average over its rows): choose another fixture"
+                    )
         return law
 
     def describe(self) -> str:

@@ -1,13 +1,17 @@
 """End-to-end cases of the llama.cpp target: its speculative paths against exact laws of the tiny GGUF models.
 
-Each trial generates ``HORIZON`` tokens from ``PROMPT`` with its own seed (drawn from the case's generator). Checks,
-as for the vLLM target: ``lossless/first3``, the joint law of the first ``LENGTH`` tokens under llama.cpp's chain
-(:mod:`.chain`; it sizes the run), and ``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against
-its exact conditional law from one float64 forward over prompt + output (:mod:`specwatch.conditional`); rows within
-float32 noise of a processing boundary are left out. Greedy cases (temperature 0) compare the speculative output
-with plain greedy decoding of the float64 reference, leaving out prompts whose top-2 gap is within float noise.
-Coverage: drafts and accepted drafts per verification round where the path shows them (prompt lookup: recorded
-by wrapping the drafter), rounds per trial.
+Each trial generates ``HORIZON`` tokens from ``PROMPT`` with its own seed (drawn from the case's generator). Checks:
+``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against its exact conditional law from one
+float64 forward over prompt + output (:mod:`specwatch.conditional`; rows within float32 noise of a processing
+boundary are left out), which size the run (``HORIZON`` observations a trial: 281 trials at TV 0.1), and
+``lossless/first3``, the joint law of the first ``LENGTH`` tokens under llama.cpp's chain (:mod:`.chain`), which
+rides along without sizing it, as in the transformers target: its 343 to 512 cells would need 9 233 to 10 877 trials
+at TV 0.1 (``Llama.generate`` with its checks takes 1 to 25 ms a trial on 2 cores, idle to heavily shared; a
+``llama-speculative`` process 0.15 s and more: 23 minutes a case). Greedy cases
+(temperature 0) compare the speculative output with plain greedy decoding of the float64 reference, leaving out
+prompts whose top-2 gap is within float noise. Coverage: drafts and accepted drafts per verification round where
+the path shows them (prompt lookup: recorded by wrapping the drafter; llama-speculative: reconstructed from its
+deterministic drafts), rounds per trial, in the sampling and the greedy cases.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ LENGTH = 3
 HORIZON = 12
 #: Repeats an n-gram so that prompt lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = tuple(tokens_of("abcabcab"))
-#: TV distance the tool cases are designed at (a process per trial: about 1 000 trials at 0.3, not 10 000 at 0.1).
-TOOL_EPSILON = 0.3
-TOOL_MIN_TRIALS = 64
-#: Cuts real mass on every row the joint law enumerates (checked when the law is built: ChainFixtureError).
-PROCESSING_ON = {"temperature": 0.8, "top_k": 6, "top_p": 0.9, "min_p": 0.05}
+#: The least trials of a case whose checks see ``HORIZON`` tokens a trial (the conditional design needs 281 at TV 0.1),
+#: not the runner's default floor of one first batch (1 024).
+MIN_TRIALS = 256
+#: Each cut removes at least 1 % of the mass at every position of the joint law, with EOS banned or not (checked
+#: when the law is built: ChainFixtureError); no enumerated row lies within float noise of a boundary.
+PROCESSING_ON = {"temperature": 0.8, "top_k": 5, "top_p": 0.92, "min_p": 0.15}
+PROCESSING_DESCRIPTION = "T 0.8, top-k 5, top-p 0.92, min-p 0.15"
 
 
 class Runs(Protocol):
@@ -53,25 +59,31 @@ class Runs(Protocol):
 
 
 class GenerateExperiment:
-    """Trials of one path at one chain: the joint law of the first tokens and every token's conditional law.
-    ``process_per_trial``: a tool run per trial (a fraction of a second each): a short fingerprint probe and a
-    first batch of at least :data:`TOOL_MIN_TRIALS`, not the runner's default thousand."""
+    """Trials of one path at one chain: every token's conditional law (designed) and the joint law of the first
+    tokens (riding along). ``process_per_trial``: a tool run per trial: a short fingerprint probe. At least
+    :data:`MIN_TRIALS` trials."""
+
+    min_trials = MIN_TRIALS
 
     def __init__(
-        self, path: Runs, chain: LlamaChain, *, speculative: bool, horizon: int = HORIZON, process_per_trial: bool = False
+        self,
+        path: Runs,
+        chain: LlamaChain,
+        *,
+        speculative: bool,
+        horizon: int = HORIZON,
+        process_per_trial: bool = False,
     ) -> None:
         self.path, self.chain, self.horizon = path, chain, horizon
         self.probe_trials = 16 if process_per_trial else 64
-        if process_per_trial:
-            self.min_trials = TOOL_MIN_TRIALS
         try:
             self.law = chain.fixture_law(lambda prefix: next_token_logits(PROMPT, prefix), LENGTH, VOCAB)
         except ChainFixtureError as exc:
             raise PathError(str(exc)) from exc
         self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
         self._checks = (
-            CheckSpec(f"lossless/first{LENGTH}", Layer.LOSSLESS, self.law, 1.0),
-            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(horizon), designed=False) for o in TokenOrder),
+            CheckSpec(f"lossless/first{LENGTH}", Layer.LOSSLESS, self.law, 1.0, designed=False),
+            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(horizon)) for o in TokenOrder),
         )
 
     @property
@@ -140,10 +152,12 @@ def coverage_of(trials: Sequence[Trial]) -> Coverage:
 
 
 class GreedyExperiment:
-    """Temperature 0: the path's output equals plain greedy decoding of the float64 reference on random prompts."""
+    """Temperature 0: the path's output equals plain greedy decoding of the float64 reference on random prompts.
+    Coverage as in the sampling cases (a prompt without a repeated n-gram gives prompt lookup nothing to draft)."""
 
     prompts = 48
     probe_trials = 8
+    coverage_design = CoverageDesign(min_drafts=2, min_rounds=1)
 
     def __init__(self, path: Runs, *, banned: Sequence[int] = (), horizon: int = 8) -> None:
         self.path, self.banned, self.horizon = path, tuple(banned), horizon
@@ -159,6 +173,7 @@ class GreedyExperiment:
     def run(self, n: int, generator: torch.Generator) -> Observation:
         violations: list[Violation] = []
         sample: list[int] = []
+        trials: list[Trial] = []
         for _ in range(n):
             length = int(torch.randint(3, 9, (1,), generator=generator))
             prompt = torch.randint(0, VOCAB - 1, (length,), generator=generator).tolist()
@@ -166,15 +181,16 @@ class GreedyExperiment:
             if gap < 1e-3:
                 continue  # float noise could flip an argmax: undecidable, left out
             try:
-                got = self.path.run(prompt, None, self.horizon, [0])[0].tokens
+                trials += self.path.run(prompt, None, self.horizon, [0])
             except PathError:
                 raise
             except Exception as exc:
                 raise TargetRaised(exc) from exc
+            got = trials[-1].tokens
             sample += got
             if got != expected and not violations:
                 violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes())
+        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage_of(trials))
 
 
 class ForwardExperiment:
@@ -206,6 +222,8 @@ class ForwardExperiment:
 
 class Installed(Protocol):
     @property
+    def module(self) -> Any: ...
+    @property
     def info(self) -> dict[str, Any] | None: ...
     @property
     def features(self) -> dict[str, bool]: ...
@@ -216,13 +234,14 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
 
     speculative = tool_path(adapter.info, "llama-speculative")
     no_tool = None if speculative is not None else tool_missing(adapter.info, "llama-speculative")
-    no_lookup = None if adapter.features.get("prompt_lookup_decoding") else "llama_cpp has no LlamaPromptLookupDecoding"
-    chains = {"plain": ({}, "processing off"), "processed": (PROCESSING_ON, "T 0.8, top-k 6, top-p 0.9, min-p 0.05")}
+    no_python = None if adapter.module is not None else "no llama-cpp-python: a llama.cpp checkout (--source) builds the tools only"
+    no_lookup = no_python or (None if adapter.features.get("prompt_lookup_decoding") else "llama_cpp has no LlamaPromptLookupDecoding")
+    chains = {"plain": ({}, "processing off"), "processed": (PROCESSING_ON, PROCESSING_DESCRIPTION)}
     cases: list[Case] = []
     described = f"joint law of the first {LENGTH} tokens, every token of {HORIZON} against its conditional law"
 
-    def add(case_id: str, what: str, make: Any, skip: str | None, *, epsilon: float = 0.1) -> None:
-        cases.append(Case(id=case_id, family="e2e", description=what, epsilon=epsilon, make_experiment=make, skip_reason=skip))
+    def add(case_id: str, what: str, make: Any, skip: str | None) -> None:
+        cases.append(Case(id=case_id, family="e2e", description=what, epsilon=0.1, make_experiment=make, skip_reason=skip))
 
     for label, (settings, desc) in chains.items():
         chain = LlamaChain(**settings)  # type: ignore[arg-type]
@@ -231,7 +250,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
             f"e2e/python_control/{label}",
             f"llama-cpp-python Llama.generate, no drafting ({desc}): {described}",
             lambda device, c=chain: GenerateExperiment(PythonGenerate(lookup=False), c, speculative=False),
-            None,
+            no_python,
         )
         add(
             f"e2e/python_prompt_lookup/{label}",
@@ -242,12 +261,11 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         )
         add(
             f"e2e/speculative/{label}",
-            f"llama-speculative (a process per trial, designed at TV {TOOL_EPSILON}), draft model, up to {GAMMA} drafts, "
+            f"llama-speculative (a process per trial; the joint law rides along), draft model, up to {GAMMA} drafts, "
             f"--ignore-eos ({desc}; temperature > 0: r <= p/q against the draft's top candidate, residual max(0, p - q)): "
             f"{described}",
             lambda device, c=banned: GenerateExperiment(SpeculativeTool(speculative), c, speculative=True, process_per_trial=True),  # type: ignore[arg-type]
             no_tool,
-            epsilon=TOOL_EPSILON,
         )
     add(
         "e2e/greedy/python_prompt_lookup",
@@ -265,7 +283,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         "e2e/forward/gguf_reference",
         f"llama.cpp's forward of the tiny target GGUF equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
         lambda device: ForwardExperiment(),
-        None,
+        no_python,
     )
     cases += server_cases(adapter)
     return tuple(cases)

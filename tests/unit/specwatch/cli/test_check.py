@@ -113,6 +113,14 @@ def test_check_marks_a_cpu_findings_failure_known_on_the_cpu_build_only() -> Non
 
 
 @pytest.mark.unit
+def test_what_was_tested_names_the_build_time_of_a_library_the_suite_built() -> None:
+    built = {"library_distribution": "llama-cpp-python", "library_git_sha": "0c1e57098", "library_build_seconds": "612.4"}
+    run = _run(target="llamacpp", version="0.3.36", **built)
+    assert what_was_tested(run) == "llamacpp 0.3.36 from llama-cpp-python (commit 0c1e57098) [built in 612 s]"
+    assert what_was_tested(_run(target="llamacpp", version="0.3.36", library_build_seconds="None")) == "llamacpp 0.3.36"
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("results", "strict", "code", "line"),
     [

@@ -52,6 +52,22 @@ def test_fixture_law_refuses_a_cut_that_removes_nothing():
     assert np.allclose(law, 1 / 16)
 
 
+def test_fixture_law_asks_each_cut_for_mass_at_every_position_on_average_over_its_rows():
+    """Top-k 3 over 4 tokens cuts 11 % of the first row; at the second position it cuts a row of the three reachable
+    ones and nothing of the others: 3.6 % on average, enough. Where it cuts none of them the fixture is refused."""
+
+    def rows(cut_after: tuple[int, ...]):
+        def logits(prefix: tuple[int, ...]) -> np.ndarray:
+            return np.array([1.0, 1.0, 1.0, 0.0]) if prefix == () or prefix in cut_after else np.array([2.0, 2.0, 2.0, -50.0])
+
+        return logits
+
+    law = LlamaChain(top_k=3).fixture_law(rows(((0,),)), 2, 4)
+    assert law.reshape(4, 4)[3].sum() == 0.0
+    with pytest.raises(ChainFixtureError, match="position 1"):
+        LlamaChain(top_k=3).fixture_law(rows(()), 2, 4)
+
+
 def test_speculative_example_law_is_lossless_only_for_a_one_hot_draft():
     p = np.array([0.5, 0.3, 0.2])
     assert np.allclose(speculative_example_law(p, np.array([0.0, 1.0, 0.0])), p)
@@ -124,3 +140,17 @@ def test_the_gguf_file_holds_the_weights_and_the_vocabulary(tmp_path):
     assert [bytes(field.parts[i]).decode() for i in field.data] == list(PIECES)
     assert int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0]) == EOS
     assert tokenizer().encode("abcab").ids == [0, 1, 2, 0, 1]
+
+
+def test_the_processed_fixture_of_the_end_to_end_cases_is_valid():
+    """The cases' processed chain builds its joint law on the tiny target, with EOS banned (the tools) and not (the
+    Python paths): each cut removes mass at every position and no row lies at a boundary (else the cases error)."""
+    from specwatch.targets.llamacpp.e2e import LENGTH, PROCESSING_DESCRIPTION, PROCESSING_ON, PROMPT
+    from specwatch.targets.llamacpp.models import VOCAB, next_token_logits
+    from specwatch.targets.llamacpp.paths import IGNORE_EOS
+
+    for banned in ((), IGNORE_EOS):
+        law = LlamaChain(**PROCESSING_ON, banned=banned).fixture_law(lambda prefix: next_token_logits(PROMPT, prefix), LENGTH, VOCAB)  # type: ignore[arg-type]
+        assert (law > 0).sum() >= 10
+    k, p, m = PROCESSING_ON["top_k"], PROCESSING_ON["top_p"], PROCESSING_ON["min_p"]
+    assert f"T {PROCESSING_ON['temperature']:g}, top-k {k:g}, top-p {p:g}, min-p {m:g}" == PROCESSING_DESCRIPTION
