@@ -185,7 +185,14 @@ def test_a_server_that_never_answers_is_a_path_error_and_is_stopped(tmp_path):
     script.chmod(0o755)
     with pytest.raises(PathError, match="did not answer /health"):
         LlamaServer(script, [], start_timeout=0.5)
-    assert subprocess.run(["pgrep", "-f", str(script)], capture_output=True, check=False).returncode == 1
+    running = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(script).encode() in cmdline.read_bytes() and _alive(int(cmdline.parent.name)):
+                running.append(cmdline.parent.name)
+        except OSError:
+            continue  # exited while listed
+    assert not running
 
 
 WORKER = textwrap.dedent(
