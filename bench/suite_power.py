@@ -503,19 +503,22 @@ def throughput_section(case_ids: Sequence[str], repeats: int) -> None:
 
 
 def battery_section() -> None:
-    started = time.perf_counter()
-    run = run_suite(CASES, reference_sampler, SuiteConfig(seed=0))
-    wall = time.perf_counter() - started
-    trials = sum(r.n_trials for r in run.results)
-    failed = [r.case_id for r in run.results if r.verdict != Verdict.PASS]
-    print(
-        f"\n3. Reference battery, seed 0, default SuiteConfig: {len(run.results)} cases, {run.tests} tests, verdict {run.verdict}, "
-        f"{trials:,} trials, wall {wall:.2f} s (run_suite duration_s {run.duration_s:.2f} s, {trials / wall:,.0f} trials/s)"
-    )
-    if failed:
-        print(f"   NOTE non-passing cases: {failed}")
-    slowest = sorted(run.results, key=lambda r: r.duration_s, reverse=True)[:3]
-    print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
+    for early_pass in (True, False):
+        started = time.perf_counter()
+        run = run_suite(CASES, reference_sampler, SuiteConfig(seed=0, early_pass=early_pass))
+        wall = time.perf_counter() - started
+        trials = sum(r.n_trials for r in run.results)
+        failed = [r.case_id for r in run.results if r.verdict != Verdict.PASS]
+        early = sum(r.early_pass for r in run.results)
+        print(
+            f"\n3. Reference battery, seed 0, SuiteConfig(early_pass={early_pass}): {len(run.results)} cases ({early} stopped on an "
+            f"early pass), {run.tests} tests, verdict {run.verdict}, {trials:,} trials, wall {wall:.2f} s "
+            f"(run_suite duration_s {run.duration_s:.2f} s, {trials / wall:,.0f} trials/s)"
+        )
+        if failed:
+            print(f"   NOTE non-passing cases: {failed}")
+        slowest = sorted(run.results, key=lambda r: r.duration_s, reverse=True)[:3]
+        print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
 
 
 # ------------------------------------------------------------------------------------- design check

@@ -152,6 +152,17 @@ def _binary_bound(corners: FloatArray, heights: FloatArray, slope: float, epsilo
     return bound
 
 
+def _cannot_reach(p_hat: FloatArray, p0: FloatArray, epsilon: float, level: float) -> bool:
+    """True when T_n / n is below ``level`` at the set A = {P_hat > p0} (T_n is a minimum over sets, so it is below
+    too): a cheap O(k) test that spares large supports, which the overfitting keeps from passing, the full bound."""
+    above = p_hat > p0
+    a, b = float(p_hat[above].sum()), float(p0[above].sum())
+    if b + epsilon > 1.0:
+        return False
+    gain = float(_kl(np.array(a), b + epsilon)) if a < b + epsilon else 0.0
+    return gain - float(_kl(np.array(a), b)) < level
+
+
 def log_pass_statistic(counts: NDArray[np.integer], p0: NDArray[np.floating], epsilon: float, *, target: float | None = None) -> float:
     """Log of the early-pass statistic: evidence that the observations do NOT come from a law at TV >= epsilon.
 
@@ -165,7 +176,8 @@ def log_pass_statistic(counts: NDArray[np.integer], p0: NDArray[np.floating], ep
     (Wasserman, Ramdas & Balakrishnan 2020) and at most the log likelihood ratio of the bug's own set A, a test
     supermartingale: the minima over sets relaxed to the Neyman-Pearson curve, the universal-inference one bounded
     by Bernoulli duality (any dual point is valid: the optimiser only buys power), the binary one by branch and bound
-    (any stage is valid), refined until it reaches ``target`` or shows that it cannot (None: towards its minimum).
+    (any stage is valid), refined until it reaches ``target`` or shows that it cannot (None: towards its minimum; a
+    statistic that one set shows cannot reach ``target`` is returned as its crudest bound, -n KL(P_hat || p0)).
     -inf after a support violation. docs/statistics.md §7a.
     """
     counts_arr = np.asarray(counts, dtype=np.float64)
@@ -178,6 +190,8 @@ def log_pass_statistic(counts: NDArray[np.integer], p0: NDArray[np.floating], ep
         return 0.0
     p_hat, p_keep = counts_arr[keep] / n, p[keep]
     kl_null = float(special.rel_entr(p_hat, p_keep).sum())
+    if target is not None and _cannot_reach(p_hat, p_keep, epsilon, target / n):
+        return -n * kl_null  # valid (the bound 0 on the minimum) and below ``target``: no need to refine
     slope, mass = _neyman_pearson(p_hat, p_keep)
     corners = np.concatenate(([0.0], np.cumsum(mass)))
     curve = np.minimum(np.concatenate(([0.0], np.cumsum(slope * mass))), 1.0)
