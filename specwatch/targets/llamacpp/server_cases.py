@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from specwatch.cases import Case
-from specwatch.experiments import CheckSpec, Observation, Violation
+from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
 from specwatch.targets.llamacpp.chain import LlamaChain
@@ -199,7 +199,7 @@ class SeededEqualityExperiment:
 def server_cases(adapter: Any) -> list[Case]:
     """The server's cases (each skipped with the reason where the release has no ``llama-server``)."""
     from specwatch.targets.llamacpp.adapter import tool_missing, tool_path  # noqa: PLC0415 - the adapter imports e2e
-    from specwatch.targets.llamacpp.e2e import GenerateExperiment, GreedyExperiment  # noqa: PLC0415
+    from specwatch.targets.llamacpp.e2e import GenerateExperiment  # noqa: PLC0415
 
     binary = tool_path(adapter.info, "llama-server")
     skip = None if binary is not None else tool_missing(adapter.info, "llama-server")
@@ -235,7 +235,7 @@ def server_cases(adapter: Any) -> list[Case]:
         add(
             f"e2e/greedy/server_{name}",
             f"temperature 0: llama-server with {how} equals plain greedy decoding of the float64 reference",
-            lambda device, g=config: GreedyExperiment(ServerGenerate(path, g), banned=IGNORE_EOS, horizon=GREEDY_HORIZON),
+            lambda device, g=config: greedy_experiment(ServerGenerate(path, g)),
         )
         add(
             f"e2e/seeded/server_{name}",
@@ -244,6 +244,19 @@ def server_cases(adapter: Any) -> list[Case]:
             lambda device, g=config: SeededEqualityExperiment(ServerGenerate(path, g), plain, processed),
         )
     return cases
+
+
+def greedy_experiment(path: ServerGenerate) -> Any:
+    """The greedy case of ``path``. ngram-simple drafts nothing on a greedy output that settles into a loop of period
+    1 or 2 (seen on about 1 prompt in 10): the most recent match of the n-gram is then too close to the end to leave
+    ``size_n`` tokens to draft and llama.cpp does not look further back (``common_ngram_simple_draft``), so a call
+    without a verification round is allowed there; the other coverage the design asks for is not."""
+    from specwatch.targets.llamacpp.e2e import GreedyExperiment  # noqa: PLC0415 - e2e adds these cases
+
+    experiment = GreedyExperiment(path, banned=IGNORE_EOS, horizon=GREEDY_HORIZON)
+    if path.config.spec == "ngram":
+        experiment.coverage_design = CoverageDesign(min_drafts=2, min_rounds=0)
+    return experiment
 
 
 def ignore_eos_chain(settings: dict[str, float]) -> LlamaChain:
