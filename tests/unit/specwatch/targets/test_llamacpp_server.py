@@ -14,13 +14,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specwatch.targets.llamacpp.chain import LlamaChain
 from specwatch.targets.llamacpp.models import EOS
 from specwatch.targets.llamacpp.paths import PathError
 from specwatch.targets.llamacpp.server import Completion, LlamaServer, ServerConfig, parse_completion, request_body
-from specwatch.targets.llamacpp.server_cases import ngram_simple_draft, observed_rounds, server_rounds
+from specwatch.targets.llamacpp.server_cases import along_output, ngram_simple_draft, observed_rounds, server_rounds
 
 
 def test_request_sets_the_chain_and_neutralises_every_other_sampler():
@@ -99,6 +100,28 @@ def test_server_rounds_follow_the_output_and_leave_room_for_the_last_token():
     # The first token comes from the prompt. From 1: drafts [1, 2, 3] all accepted, then the target's 9 -> 5; from 5:
     # drafts [10, 11, 12], none accepted -> 6; from 6: room for 2 drafts before the 9th token, [6, 7] accepted -> 9.
     assert rounds == [(3, 3), (3, 0), (2, 2)]
+
+
+def test_drafts_along_the_output_give_the_rounds_of_autoregressive_drafting():
+    # A deterministic toy draft model: the next token is a function of the whole context. draft-simple drafts
+    # autoregressively from its own drafts; the reconstruction reads the draft's argmax along the output only.
+    def next_of(context: list[int]) -> int:
+        return (sum(context) * 7 + len(context) * 3) % 4
+
+    def autoregressive(context: list[int], n_max: int) -> list[int]:
+        drafts: list[int] = []
+        for _ in range(n_max):
+            drafts.append(next_of([*context, *drafts]))
+        return drafts
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        tokens = [int(t) for t in rng.integers(0, 4, 20)]
+        for i in range(1, 20):  # an output that often follows the draft, so that rounds accept several drafts
+            if rng.random() < 0.7:
+                tokens[i] = next_of(tokens[:i])
+        argmax = [next_of(tokens[:t]) for t in range(len(tokens))]
+        assert server_rounds(tokens, along_output(argmax), 3) == server_rounds(tokens, autoregressive, 3)
 
 
 def test_observed_rounds_keep_only_rounds_that_match_the_servers_totals():
