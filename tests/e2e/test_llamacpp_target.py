@@ -57,8 +57,8 @@ def test_llama_cpp_computes_the_reference_forward_within_float32_noise(target):
 
 def test_generate_with_prompt_lookup_is_lossless(target):
     result = _run(target, "e2e/python_prompt_lookup/*")
-    assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.message) for c in result.cases]
-    coverage = result.cases[0].coverage
+    assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.reason) for c in result.results]
+    coverage = result.results[0].coverage
     assert coverage is not None
     assert coverage["full"] > 0
     assert coverage["partial"] > 0
@@ -66,13 +66,13 @@ def test_generate_with_prompt_lookup_is_lossless(target):
 
 def test_llama_speculative_greedy_equals_plain_greedy(target):
     result = _run(target, "e2e/greedy/speculative")
-    assert result.verdict is Verdict.PASS, [(c.case_id, c.message) for c in result.cases]
+    assert result.verdict is Verdict.PASS, [(c.case_id, c.reason) for c in result.results]
 
 
 def test_llama_speculative_at_temperature_one_is_not_lossless(target):
     # Known finding (docs/findings.md, "llama-speculative drafts the top candidate"): the run must reject.
     result = _run(target, "e2e/speculative/plain")
-    assert result.verdict is Verdict.FAIL, [(c.case_id, c.verdict, c.message) for c in result.cases]
+    assert result.verdict is Verdict.FAIL, [(c.case_id, c.verdict, c.reason) for c in result.results]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -90,7 +90,7 @@ def checkout(target) -> Path:
     if not (repo / ".git").is_dir():
         vendored = release_root(version, cache_root().parent) / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
         shutil.rmtree(repo, ignore_errors=True)
-        shutil.copytree(vendored, repo, symlinks=True)
+        shutil.copytree(vendored, repo, symlinks=True, ignore=shutil.ignore_patterns(".git"))  # its submodule link
         _git(repo, "init", "-q")
         _git(repo, "add", "--all")
         _git(repo, "commit", "-q", "-m", f"llama.cpp as llama-cpp-python {version} vendors it")
