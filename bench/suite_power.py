@@ -74,9 +74,9 @@ from specwatch.cases import CASES, Case
 from specwatch.experiments import ChainExperiment, CheckSpec
 from specwatch.mutants import MUTANTS, Mutant
 from specwatch.protocol import CaseResult, Verdict
-from specwatch.runner import Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
+from specwatch.runner import EARLY_PASS_LOOKS, Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
 from specwatch.sampling import Sampler, reference_sampler
-from specwatch.stats import log_e_dirichlet_mixture, pearson_noncentrality, rejection_threshold
+from specwatch.stats import log_e_dirichlet_mixture, log_pass_statistic, pearson_noncentrality, plan_test, rejection_threshold
 
 THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
 MC_BATCH = 1 << 16
@@ -547,9 +547,11 @@ def least_favourable(p0: NDArray[np.float64], epsilon: float) -> tuple[NDArray[n
     return alt / alt.sum(), False
 
 
-def batch_schedule(cap: int, config: SuiteConfig) -> list[int]:
-    """The runner's batches: max(16, min(first_batch, cap // 8)), doubling to max_batch, up to the cap."""
-    return batch_sizes(cap, max(16, min(config.first_batch, cap // 8)), config.max_batch)
+def batch_schedule(cap: int, config: SuiteConfig, *, early_pass: bool = False) -> list[int]:
+    """The runner's batches: max(16, min(first_batch, cap // 8)), doubling to max_batch (with the early pass: to
+    cap // EARLY_PASS_LOOKS), up to the cap."""
+    first = max(16, min(config.first_batch, cap // 8))
+    return batch_sizes(cap, first, min(config.max_batch, max(first, cap // EARLY_PASS_LOOKS)) if early_pass else config.max_batch)
 
 
 def simulate_check(
@@ -723,6 +725,102 @@ def null_section(designs: Sequence[CaseDesign], tests: int, runs: int, alphas: S
     report(final=True)
 
 
+# ------------------------------------------------------------------------------------- early pass
+
+
+EARLY_PASS_HEADERS = (
+    *("support", "eps", "cap", "misses off", "misses on", "alt early", "alarms off/on"),
+    *("null early", "med stop off", "med stop on", "mean stop on"),
+)
+
+
+def early_pass_run(
+    law: NDArray[np.float64],
+    null: NDArray[np.float64],
+    batches: Sequence[int],
+    epsilon: float,
+    levels: tuple[float, float],
+    rng: np.random.Generator,
+) -> tuple[int | None, int | None, int]:
+    """One check run to its cap on counts from ``law``: (trials at the rejection, at the early pass, at the cap);
+    ``levels``: ln of the rejection threshold and of 1 / beta_pass."""
+    log_threshold, log_pass = levels
+    counts = np.zeros(len(null), dtype=np.int64)
+    trials, rejected, passed = 0, None, None
+    for n in batches:
+        trials += n
+        counts += rng.multinomial(n, law)
+        if rejected is None and log_e_dirichlet_mixture(counts, null) >= log_threshold:
+            rejected = trials
+        if passed is None and log_pass_statistic(counts, null, epsilon) >= log_pass:
+            passed = trials
+        if rejected is not None and passed is not None:
+            break
+    return rejected, passed, trials
+
+
+def early_pass_section(supports: Sequence[int], epsilons: Sequence[float], runs: int, tests: int, seed: int) -> None:
+    """Per (support, epsilon), one designed check of reach 1 with a Zipf null p0 ~ 1/(i+1), its cap and the runner's
+    batches at the threshold m / alpha of a run of ``tests`` checks (default 211, the reference battery), beta = 1e-3,
+    beta_pass = 1e-3. Null runs: false alarms (a rejection before the stop) and stopping time with and without the
+    early pass. Least-favourable alternative at TV epsilon (``least_favourable``): power with and without, and how
+    often the early pass stopped the case before a rejection (the bound: beta_pass)."""
+    config = SuiteConfig()
+    threshold = rejection_threshold(config.alpha, tests)
+    log_threshold, log_pass = math.log(threshold), -math.log(config.early_pass_beta)
+    rng = np.random.default_rng(seed)
+    rows: list[list[str]] = []
+    for epsilon in epsilons:
+        for support in supports:
+            null = 1.0 / np.arange(1, support + 1)
+            null /= null.sum()
+            cap = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
+            batches = batch_schedule(cap, config, early_pass=True)
+            started = time.perf_counter()
+            stops_on, stops_off, alarms_on, alarms_off, early = [], [], 0, 0, 0
+            for _ in range(runs):
+                rejected, passed, _ = early_pass_run(null, null, batches, epsilon, (log_threshold, log_pass), rng)
+                stop_off = rejected or cap
+                stop_on = min(stop_off, passed or cap)
+                alarms_off += rejected is not None
+                alarms_on += rejected is not None and rejected <= stop_on
+                early += passed is not None
+                stops_on.append(stop_on)
+                stops_off.append(stop_off)
+            alt, _ = least_favourable(null, epsilon)
+            misses_on = misses_off = early_alt = 0
+            for _ in range(runs):
+                rejected, passed, _ = early_pass_run(alt, null, batches, epsilon, (log_threshold, log_pass), rng)
+                misses_off += rejected is None
+                stopped_early = passed is not None and (rejected is None or passed < rejected)
+                misses_on += rejected is None or stopped_early
+                early_alt += stopped_early
+            rows.append(
+                [
+                    f"{support}",
+                    f"{epsilon:g}",
+                    f"{cap:,}",
+                    f"{misses_off}/{runs}",
+                    f"{misses_on}/{runs}",
+                    f"{early_alt}",
+                    f"{alarms_off}/{alarms_on}",
+                    f"{early / runs:.2f}",
+                    f"{statistics.median(stops_off) / cap:.2f}",
+                    f"{statistics.median(stops_on) / cap:.2f}",
+                    f"{statistics.mean(stops_on) / cap:.2f}",
+                ]
+            )
+            print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+    print_table(
+        f"0c. Early pass (docs/statistics.md §7a): one designed check, Zipf null, {runs} null and {runs} alternative runs per row; "
+        f"threshold m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, beta_pass = {config.early_pass_beta:g}; "
+        "stop/cap: trials at the stop over the cap (observations, reach 1)",
+        EARLY_PASS_HEADERS,
+        rows,
+        "rrrrrrrrrrr",
+    )
+
+
 # ----------------------------------------------------------------------------------------- main
 
 
@@ -742,6 +840,9 @@ def main() -> None:
     parser.add_argument("--null-alpha", type=float, default=0.05, help="also measure false alarms at this alpha (default 0.05)")
     parser.add_argument("--design-cases", action="append", default=[], metavar="GLOB", help="design check of these cases only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the design check's simulation")
+    parser.add_argument("--early-pass", action="store_true", help="only the early pass: stopping time, power, false alarms")
+    parser.add_argument("--early-runs", type=int, default=500, help="null and alternative runs per early-pass row (default 500)")
+    parser.add_argument("--early-tests", type=int, default=211, help="m of the early-pass rows' threshold m / alpha (default 211)")
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
@@ -755,6 +856,10 @@ def main() -> None:
         f"suite_power: torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
     )
+    if args.early_pass:
+        early_pass_section((8, 16, 64, 512), (0.03, 0.1), args.early_runs, args.early_tests, args.seed)
+        print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+        return
     if args.design:
         design_section(args.power_runs, args.null_runs, args.null_alpha, args.seed, args.design_cases)
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")

@@ -38,14 +38,16 @@ DEFAULT_CASES = ("e2e/*", "direct/far_apart/V8/g1", "direct/close/V64/g5", "dire
 
 
 def _bare_generate(experiment: Any, n: int) -> float:
-    """CPU seconds of ``n`` bare ``generate()`` calls with the case's arguments (no observer, no laws, no counts)."""
+    """CPU seconds of the bare ``generate()`` calls that draw ``n`` trials with the case's arguments (no observer, no
+    laws, no counts): one call a trial, or ``rows_per_call`` rows of the same prompt a call where the case batches."""
     kwargs = experiment.generation_kwargs()
-    prompt = experiment.prompt
+    rows = int(getattr(experiment, "rows_per_call", 1))
+    prompt = experiment.prompt.expand(rows, -1)
     mask = torch.ones_like(prompt)
     torch.manual_seed(0)
     started = time.process_time()
     with torch.no_grad():
-        for _ in range(n):
+        for _ in range(math.ceil(n / rows)):
             experiment.target.generate(prompt, attention_mask=mask, **kwargs)
     return time.process_time() - started
 
@@ -60,7 +62,8 @@ def _bare_direct(experiment: Any, n: int) -> float:
 def measure(target: Any, case: Any, trials: int, level: float, beta: float, designs: list[float]) -> dict[str, Any]:
     experiment = case.build(target.sampler, torch.device("cpu"))
     direct = hasattr(experiment, "step") and hasattr(experiment, "sampler")
-    n = trials if not direct else max(trials, 20_000)
+    # Direct: many cheap calls; a batched plain-sampling case: several full calls of its rows.
+    n = max(trials, 20_000) if direct else max(trials, 8 * int(getattr(experiment, "rows_per_call", 1)))
     generator = torch.Generator().manual_seed(1)
     experiment.run(2 if not direct else 64, generator)  # warm-up (first calls, one-time loads)
     started = time.process_time()

@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
     run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing case")
+    run.add_argument("--no-early-pass", dest="early_pass", action="store_false", help="run every passing case to its cap (no early pass)")
     run.add_argument("--jobs", type=int, default=1, help="processes to run cases in (one thread each)")
     run.add_argument("--json", type=Path, default=None, help="also write the run result to this file")
     run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
@@ -115,6 +116,7 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
         max_trials=args.max_trials,
         time_budget_s=args.time_budget,
         fail_fast=args.fail_fast,
+        early_pass=args.early_pass,
     )
 
 

@@ -160,3 +160,30 @@ def processing_margin(logits: FloatArray, temperature: float, top_k: int | None,
         if cumulative.size:
             margin = min(margin, float(np.abs(cumulative - (1.0 - top_p)).min()))
     return float(margin)
+
+
+def processing_margins(logits: FloatArray, temperature: float, top_k: int | None, top_p: float | None) -> FloatArray:
+    """:func:`processing_margin` of every row of ``logits`` (shape (n, V)) at once, vectorised: the same margins up to
+    float rounding in the top-p normalisation (sums over the row's padded ascending order)."""
+    x = np.array(logits, dtype=np.float64, ndmin=2) / temperature
+    n, v = x.shape
+    margin = np.full(n, np.inf)
+    if top_k is not None and top_k < v:
+        desc = -np.sort(-x, axis=1)
+        kth, nxt = desc[:, top_k - 1], desc[:, top_k]
+        active = np.isfinite(kth)
+        with np.errstate(invalid="ignore"):
+            gap = np.where(np.isfinite(nxt), kth - nxt, np.inf)
+            margin = np.where(active, np.minimum(margin, gap / np.maximum(1.0, np.abs(kth))), margin)
+        x = np.where(active[:, None] & (x < kth[:, None]), -np.inf, x)
+    if top_p is not None and top_p < 1.0:
+        ordered = np.sort(x, axis=1)  # ascending: the removed (-inf) tokens first, the largest last
+        finite = np.isfinite(ordered)
+        top = ordered[:, -1:]
+        probs = np.where(finite, np.exp(np.where(finite, ordered - top, 0.0)), 0.0)
+        probs /= probs.sum(axis=1, keepdims=True)
+        cumulative = np.cumsum(probs, axis=1)
+        cuts = finite & (np.arange(v) < v - 1)[None, :]  # the last (largest) token is always kept
+        distance = np.where(cuts, np.abs(cumulative - (1.0 - top_p)), np.inf)
+        margin = np.minimum(margin, distance.min(axis=1))
+    return margin

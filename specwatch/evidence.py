@@ -24,6 +24,7 @@ from specwatch.stats import (
     SEQUENTIAL_INFLATION,
     detectable_epsilon,
     log_e_dirichlet_mixture,
+    log_pass_statistic,
     support_violations,
     tv_interval,
     weighted_chi2_pvalue,
@@ -49,11 +50,21 @@ class CaseEvidence:
     fingerprint: str = ""
     coverage: Coverage | None = None
     expected_accepted: float | None = None
+    #: The early pass (docs/statistics.md §7a): the checks it watches (the designed ones), the TV distance they
+    #: are designed at and ln(1 / beta_pass); None: no early pass. A check passes once its statistic reaches the
+    #: threshold at a batch end (sticky, like a rejection); its statistic is kept until then.
+    pass_checks: frozenset[str] = frozenset()
+    epsilon: float = 0.0
+    pass_log_threshold: float | None = None
+    pass_log: dict[str, float] = field(default_factory=dict)
+    passed_at: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
         self.log_e = {c.name: 0.0 for c in self.checks}
         self.max_log_e = dict(self.log_e)
+        if self.pass_log_threshold is not None:
+            self.pass_log = {c.name: 0.0 for c in self.checks if c.name in self.pass_checks}
 
     def add(self, obs: Observation, n: int) -> None:
         """Fold one batch in. A rejection is sticky: crossing the threshold once is a valid rejection."""
@@ -84,6 +95,19 @@ class CaseEvidence:
             self.max_log_e[check.name] = max(self.max_log_e[check.name], self.log_e[check.name])
             if self.max_log_e[check.name] >= self.log_threshold:
                 self.rejected_at.setdefault(check.name, self.trials)
+            self._update_pass(check)
+
+    def _update_pass(self, check: CheckSpec) -> None:
+        if check.name not in self.pass_log or check.name in self.passed_at or self.pass_log_threshold is None:
+            return
+        self.pass_log[check.name] = log_pass_statistic(self.counts[check.name], check.null, self.epsilon)
+        if self.pass_log[check.name] >= self.pass_log_threshold:
+            self.passed_at[check.name] = self.trials
+
+    def passed(self) -> bool:
+        """Every watched check passed early, or its layer already failed (a failed layer claims nothing)."""
+        watched = [c for c in self.checks if c.name in self.pass_log]
+        return bool(watched) and all(c.name in self.passed_at or self.failed(c.layer) for c in watched)
 
     def failed(self, layer: Layer) -> bool:
         return layer in self.violations or any(c.layer == layer and c.name in self.rejected_at for c in self.checks)
@@ -96,6 +120,15 @@ class CaseEvidence:
 def designed_checks(experiment: Experiment) -> list[CheckSpec]:
     """The checks that size the run and count for ``powered``: designed, reached with probability >= 1e-3."""
     return [c for c in experiment.checks if c.designed and c.reach >= MIN_DESIGN_REACH]
+
+
+def passed_early(experiment: Experiment, state: CaseEvidence) -> bool:
+    """Every designed check passed early and a speculative case exercised what it was built for (a case short of its
+    coverage design runs on: stopping would turn its pass into an underpowered one)."""
+    if not state.passed():
+        return False
+    design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
+    return design is None or not (state.coverage or Coverage()).to_dict(design)["shortfalls"]
 
 
 def case_result(
@@ -140,6 +173,8 @@ def case_result(
                 stopped_e_value=capped_e(state.log_e[check.name]),
                 reach=check.reach,
                 designed=check.name in designed,
+                pass_log_statistic=finite_or_none(state.pass_log[check.name]) if check.name in state.pass_log else None,
+                passed_at=state.passed_at.get(check.name),
             )
         )
     lossless = Verdict.FAIL if state.failed(Layer.LOSSLESS) else Verdict.PASS
@@ -167,10 +202,16 @@ def case_result(
     elif failure == Failure.CONFORMANCE:
         claimed = {Layer.LOSSLESS.value}
     backing = [c for c in checks if c.name in designed and c.layer in claimed]
+    # A check that passed early is backed by its pass statistic instead (docs/statistics.md §7a).
     powered = not (timed_out and failure is None) and all(
-        c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9) for c in backing
+        c.passed_at is not None or (c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9)) for c in backing
     )
-    reason = _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+    early = failure in (None, Failure.CONFORMANCE) and state.passed() and state.trials < cap
+    reason = (
+        _early_reason(state, cap, epsilon)
+        if early and failure is None
+        else _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+    )
     # A speculative case that did not exercise what it was built for (drafts per verification, partial and
     # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
     coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
@@ -232,6 +273,8 @@ def case_result(
         current_e_value=capped_e(math.inf) if certain else (headline.stopped_e_value if headline else 1.0),
         certain=tuple(layer.value for layer in (Layer.LOSSLESS, Layer.CONFORMANCE) if layer in state.violations),
         coverage=coverage,
+        early_pass=early,
+        pass_threshold=None if state.pass_log_threshold is None else math.exp(state.pass_log_threshold),
     )
 
 
@@ -251,6 +294,13 @@ def _headline(checks: Sequence[CheckResult], state: CaseEvidence, failed: Layer 
         return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
     pool = [c for c in checks if c.name in designed] or list(checks)
     return max(pool, key=lambda c: (c.tv_ci[1], c.tv_estimate), default=None)
+
+
+def _early_reason(state: CaseEvidence, cap: int, epsilon: float) -> str:
+    return (
+        f"passed early after {state.trials} of {cap} trials: every designed check's pass statistic reached "
+        f"1/beta_pass = {math.exp(state.pass_log_threshold or 0.0):.3g} against TV >= {epsilon:g}"
+    )
 
 
 def _reason(

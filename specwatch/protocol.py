@@ -19,10 +19,13 @@ from typing import Any
 #: ``certain`` and the headline's current e-value; a passing case headlines its widest designed TV
 #: interval (it was the largest running maximum over all checks); a target that raises on a valid input
 #: is a failing case (``failure: raised``), no longer an error. 3: ``acceptance.per_trial_max``, the range
-#: [0, per_trial_max] of one trial's accepted drafts (None: the case does not measure acceptance).
-RESULT_SCHEMA = 3
-#: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None).
-READABLE_SCHEMAS = (2, RESULT_SCHEMA)
+#: [0, per_trial_max] of one trial's accepted drafts (None: the case does not measure acceptance). 4: the early
+#: pass (docs/statistics.md §7a): checks carry ``pass_log_statistic`` and ``passed_at``, cases ``early_pass`` and
+#: ``pass_threshold``, runs ``early_pass_beta``.
+RESULT_SCHEMA = 4
+#: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None); a
+#: schema-3 result is a schema-4 one without the early pass (it ran every passing case to its cap).
+READABLE_SCHEMAS = (2, 3, RESULT_SCHEMA)
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
 
@@ -95,6 +98,9 @@ class CheckResult:
     stopped_e_value: float = 1.0
     reach: float | None = None  # P(a trial contributes an observation) under the null
     designed: bool = True  # the check sets the trial cap and counts for ``powered``
+    #: The early-pass statistic (ln, docs/statistics.md §7a) at its crossing, or its last value; None: not watched.
+    pass_log_statistic: float | None = None
+    passed_at: int | None = None  # trials at which the pass statistic reached the case's ``pass_threshold``
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,10 @@ class CaseResult:
     #: Speculative end-to-end cases: histograms of drafts per verification, accepted drafts and rounds per
     #: call observed in the library's own calls, the design and its shortfalls (None for other cases).
     coverage: dict[str, Any] | None = None
+    #: The case stopped before its cap because every designed check passed early (docs/statistics.md §7a).
+    early_pass: bool = False
+    #: 1 / beta_pass, the level a check's pass statistic must reach; None: the run had no early pass.
+    pass_threshold: float | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,6 +208,8 @@ class RunResult:
     started_at: str
     duration_s: float
     results: tuple[CaseResult, ...] = field(default=())
+    #: The early pass's extra miss rate at the design TV distance (a pass misses at most beta + this); None: off.
+    early_pass_beta: float | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,7 +244,7 @@ def _fields(cls: type[Any], data: Any, what: str) -> dict[str, Any]:
         raise ResultSchemaError(f"{what}: expected an object, got {type(data).__name__}")
     names = {f.name for f in fields(cls)}
     if "schema" in names and data.get("schema") not in READABLE_SCHEMAS:
-        readable = " and ".join(str(s) for s in READABLE_SCHEMAS)
+        readable = ", ".join(str(s) for s in READABLE_SCHEMAS[:-1]) + f" and {READABLE_SCHEMAS[-1]}"
         raise ResultSchemaError(f"{what}: schema {data.get('schema')!r}, this reader reads schemas {readable}")
     unknown = sorted(set(data) - names)
     if unknown:

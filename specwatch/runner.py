@@ -22,7 +22,7 @@ import torch
 
 from specwatch import CATALOGUE_VERSION, SUITE_VERSION
 from specwatch.cases import Case
-from specwatch.evidence import CaseEvidence, case_result, designed_checks
+from specwatch.evidence import CaseEvidence, case_result, designed_checks, passed_early
 from specwatch.experiments import Experiment
 from specwatch.laws import validate_law
 from specwatch.protocol import (
@@ -43,6 +43,9 @@ from specwatch.stats import (
 QUICK_EPSILON = 0.1
 #: The cap gives every designed check its planned observations except with this probability (binomial).
 SHORTFALL_PROBABILITY = 1e-3
+#: With the early pass, batches grow to at most cap / EARLY_PASS_LOOKS: a clean case stops within that part of
+#: its cap after its checks pass (doubling to ``max_batch`` would leave half the cap between the last two looks).
+EARLY_PASS_LOOKS = 8
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,10 @@ class SuiteConfig:
     max_batch: int = 1 << 16
     time_budget_s: float | None = None
     fail_fast: bool = False
+    #: Stop a clean case before its cap once every designed check's pass statistic reaches 1 / early_pass_beta
+    #: (docs/statistics.md §7a): a bug of size >= epsilon is then missed with probability <= beta + early_pass_beta.
+    early_pass: bool = True
+    early_pass_beta: float = 1e-3
 
     def epsilon_for(self, case: Case) -> float:
         if self.epsilon is not None:
@@ -201,13 +208,21 @@ def run_case(
     epsilon = config.epsilon_for(case)
     threshold = rejection_threshold(config.alpha, tests_in_run)
     cap = trial_cap(experiment, config, epsilon, threshold)
-    state = CaseEvidence(experiment.checks, math.log(threshold))
+    watched = config.early_pass and experiment.fixed_trials is None
+    state = CaseEvidence(
+        experiment.checks,
+        math.log(threshold),
+        pass_checks=frozenset(c.name for c in designed_checks(experiment)) if watched else frozenset(),
+        epsilon=epsilon,
+        pass_log_threshold=-math.log(config.early_pass_beta) if watched else None,
+    )
     batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
+    largest = min(config.max_batch, max(batch, cap // EARLY_PASS_LOOKS)) if watched else config.max_batch
     timed_out = False
     try:
         state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
         planned = cap
-        while not state.done():
+        while not state.done() and not passed_early(experiment, state):
             if state.trials >= cap == planned:  # once, at the planned cap
                 cap += top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned)
             if state.trials >= cap:
@@ -220,7 +235,7 @@ def run_case(
             if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
                 timed_out = state.trials < cap and not state.done()
                 break
-            batch = min(2 * batch, config.max_batch)
+            batch = min(2 * batch, largest)
     except TargetRaised as raised:  # the code under test raised on a valid input: a finding, not an error
         state.raised = raised
     return case_result(
@@ -382,4 +397,5 @@ def run_suite(
         started_at=started_at,
         duration_s=round(time.perf_counter() - started, 3),
         results=frozen,
+        early_pass_beta=config.early_pass_beta if config.early_pass else None,
     )

@@ -180,6 +180,9 @@ def check(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
     fail_fast: Annotated[bool, typer.Option("--fail-fast", help="stop after the first failing case")] = False,
+    no_early_pass: Annotated[
+        bool, typer.Option("--no-early-pass", help="run every passing case to its trial cap (no early pass on clear passes)")
+    ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="fail on known findings too (default: only on new failures)")] = False,
     no_sandbox: Annotated[
         bool, typer.Option("--no-sandbox", help="run the code under test as you, with your environment, files and network")
@@ -210,7 +213,7 @@ def check(
         source = source.expanduser().resolve()  # the sandbox's working directory is not the caller's
     valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
-    args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast)) if on]
+    args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast), ("--no-early-pass", no_early_pass)) if on]
     for path in (json_file, markdown):
         _writable(path)
     got, plan = _run(args, pip=pip, source=source, target=target, gpu=device == Device.cuda, sandboxed=not no_sandbox)

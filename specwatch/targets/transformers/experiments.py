@@ -22,7 +22,7 @@ from specwatch.conditional import (
     TokenOrder,
     conditional_batch,
     pit_null,
-    processing_margin,
+    processing_margins,
 )
 from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
@@ -37,10 +37,17 @@ E2E_LENGTH = 2
 #: verification: 10 tokens at most 4 per round means at least 3 verification rounds per call.
 E2E_HORIZON = 10
 E2E_DRAFTS = 3
+#: TV distance every end-to-end sampling case is designed for in the default profile (``--quick`` raises it to
+#: ``runner.QUICK_EPSILON``): the conditional checks' PIT law, 11 times the observations of TV 0.1.
+E2E_EPSILON = 0.03
 #: What every speculative end-to-end case must exercise (checked against the observed coverage).
 E2E_COVERAGE = CoverageDesign(min_drafts=2, min_rounds=3)
 #: Outputs whose conditional laws one forward of the target computes.
 CONDITIONAL_CHUNK = 64
+#: Trials one plain-sampling ``generate()`` call draws: the rows of one batch of the same prompt are independent
+#: draws of the same law, and the library's per-token cost is paid once for all of them. Assisted generation is
+#: batch-1 in the library, so its trials stay one call each.
+PLAIN_ROWS_PER_CALL = 64
 #: A context every batch of ``generate()`` calls runs in, given the target (e.g. the MTP layers loaded once per process).
 AroundCalls = Callable[[Any], contextlib.AbstractContextManager[None]]
 #: The prompt repeats an n-gram so that prompt lookup finds candidates.
@@ -199,6 +206,11 @@ class GenerateExperiment:
     def fixed_trials(self) -> None:
         return None
 
+    @property
+    def rows_per_call(self) -> int:
+        """Trials one ``generate()`` call draws: :data:`PLAIN_ROWS_PER_CALL` for plain sampling, 1 when assisted."""
+        return 1 if self.speculative else PLAIN_ROWS_PER_CALL
+
     def generation_kwargs(self) -> dict[str, Any]:
         return {
             "do_sample": True,
@@ -221,32 +233,47 @@ class GenerateExperiment:
         violations: list[Violation] = []
         outputs: list[list[int]] = []
         with observer.watching() if self.speculative else contextlib.nullcontext(), _around(self.around_calls, self.target):
-            for _ in range(n):
+            while len(outputs) < n:
+                batch = min(self.rows_per_call, n - len(outputs))
                 with torch.no_grad():
-                    out = _generate(self.target, prompt, mask, kwargs)
-                observer.call_done()
-                new = out[0, prompt.shape[1] :].tolist()
-                if len(new) != self.horizon or any(not 0 <= t < self.vocab for t in new):
-                    wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
-                    return Observation({}, (wrong,), 0, b"")
-                outputs.append(new)
+                    out = _generate(self.target, prompt.expand(batch, -1), mask.expand(batch, -1), kwargs)
+                if self.speculative:
+                    observer.call_done()
+                for row in out:
+                    new = row[prompt.shape[1] :].tolist()
+                    if len(new) != self.horizon or any(not 0 <= t < self.vocab for t in new):
+                        wrong = Violation(Layer.LOSSLESS, f"generate returned {len(new)} tokens {new} for {self.horizon} new tokens")
+                        return Observation({}, (wrong,), 0, b"")
+                    outputs.append(new)
         rows, keep = self._conditional_rows(outputs)
-        for i, new in enumerate(outputs):
-            counts[sum(t * self.vocab ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
-            batch = conditional_batch(rows[i], np.asarray(new, dtype=np.int64), pit_w[i], keep=keep[i])
-            for order in TokenOrder:
-                pit[order] += batch.counts[order]
-            if batch.impossible is not None and not violations:
-                violations.append(Violation(Layer.LOSSLESS, f"output {new}: {batch.impossible}"))
+        tokens = np.asarray(outputs, dtype=np.int64).reshape(len(outputs), self.horizon)
+        cells = tokens[:, : self.length] @ (self.vocab ** np.arange(self.length - 1, -1, -1))
+        counts += np.bincount(cells, minlength=len(self.law))
+        # All trials' positions at once: the counts are the sums of the per-trial ones.
+        tested = conditional_batch(rows.reshape(-1, self.vocab), tokens.reshape(-1), pit_w.reshape(-1), keep=keep.reshape(-1))
+        for order in TokenOrder:
+            pit[order] += tested.counts[order]
+        if tested.impossible is not None:
+            violations.append(self._first_impossible(outputs, rows, keep, pit_w))
         found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
         sample = counts.tobytes() if n >= 1 else b""
         coverage = observer.coverage() if self.speculative else None
         accepted = sum(accepted_in_call(a, self.horizon) for a in observer.call_accepted) if self.speculative else 0
         return Observation(found, tuple(violations), accepted, sample, coverage)
 
+    def _first_impossible(
+        self, outputs: Sequence[Sequence[int]], rows: NDArray[np.float64], keep: NDArray[np.bool_], pit_w: NDArray[np.float64]
+    ) -> Violation:
+        """The certain violation of the first output with a kept token of conditional probability 0."""
+        for i, new in enumerate(outputs):
+            impossible = conditional_batch(rows[i], np.asarray(new, dtype=np.int64), pit_w[i], keep=keep[i]).impossible
+            if impossible is not None:
+                return Violation(Layer.LOSSLESS, f"output {list(new)}: {impossible}")
+        raise AssertionError("the batched check found an impossible token that no output has")
+
     def _conditional_rows(self, outputs: Sequence[Sequence[int]]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """Exact processed conditional laws (n, horizon, V) of every position of every output, and which rows the
-        conditional check keeps (:func:`processing_margin`, decided from the prefix only).
+        conditional check keeps (:func:`~specwatch.conditional.processing_margins`, decided from the prefix only).
 
         One no-cache forward of the target per :data:`CONDITIONAL_CHUNK` outputs: the outputs all have ``horizon``
         tokens after the same prompt, so they stack without padding, and each row's logits depend on its own
@@ -263,8 +290,7 @@ class GenerateExperiment:
         if p.top_k is None and p.top_p is None:
             keep = np.ones(logits.shape[:2], dtype=bool)
         else:
-            margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in flat]
-            keep = (np.asarray(margins) >= FLOAT32_MARGIN).reshape(logits.shape[:2])
+            keep = (processing_margins(flat, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN).reshape(logits.shape[:2])
         return rows, keep
 
 

@@ -32,7 +32,13 @@ from specwatch.cases import Case
 from specwatch.experiments import Experiment
 from specwatch.sampling import Processing
 from specwatch.targets.transformers.bindings import AdapterError, has, optional_import
-from specwatch.targets.transformers.experiments import E2E_COVERAGE, AroundCalls, GenerateExperiment, GreedyEquivalenceExperiment
+from specwatch.targets.transformers.experiments import (
+    E2E_COVERAGE,
+    E2E_EPSILON,
+    AroundCalls,
+    GenerateExperiment,
+    GreedyEquivalenceExperiment,
+)
 from specwatch.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS, ModelFactory, dflash_models, gemma4_models
 from specwatch.targets.transformers.mtp import LoadOnce, MtpFamily, mtp_models, select_family
 
@@ -105,7 +111,7 @@ def _sampling_case(transformers: ModuleType, path: HeadPath, processing: Process
         id=f"e2e/{path.name}/{label}",
         family="e2e",
         description=f"{path.description} ({desc}); joint law of the first {HEAD_LENGTH} tokens, V = {HEAD_VOCAB}. {path.substitute}",
-        epsilon=0.1,
+        epsilon=E2E_EPSILON,
         make_experiment=make,
         skip_reason=path.missing,
         quick=processing is _PROCESSING_ON,

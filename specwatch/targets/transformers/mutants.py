@@ -53,6 +53,33 @@ def _processors_first_position_only() -> None:
     processing.LogitsProcessorList.__call__ = patched
 
 
+#: How often :func:`_temperature_skipped_on_some_rows` leaves the temperature out of a verified row.
+SKIP_RATE = 1 / 4
+
+
+def _temperature_skipped_on_some_rows() -> None:
+    """A small-effect regression: each row of the verification is processed without the target's temperature
+    warper with probability :data:`SKIP_RATE` (the other processors still run, so the support never grows: no
+    certain violation), independently, drawn from a private seeded generator (the global RNG the library samples
+    from is untouched). ``bench/mutant_law.py`` measures its effect on the checks' laws exactly per row.
+    """
+    processing = importlib.import_module("transformers.generation.logits_process")
+    original = processing.LogitsProcessorList.__call__
+    warper = processing.TemperatureLogitsWarper
+    skips = torch.Generator().manual_seed(0)
+
+    def patched(self: Any, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.FloatTensor:
+        frame = _called_from(_VERIFY_LOOP, depth=2)
+        if frame is not None and float(torch.rand((), generator=skips)) < SKIP_RATE:
+            kept = processing.LogitsProcessorList(p for p in self if not isinstance(p, warper))
+            result: torch.FloatTensor = original(kept, input_ids, scores, **kwargs)
+            return result
+        result = original(self, input_ids, scores, **kwargs)
+        return result
+
+    processing.LogitsProcessorList.__call__ = patched
+
+
 def _raw_q_processed_drafts() -> None:
     """The assistant drafts from its processed scores but reports its raw logits as q (transformers #47932
     class): the q used for acceptance is not the law the drafts came from."""
@@ -114,6 +141,8 @@ class LibraryMutant:
     apply: Callable[[], None]
     #: The end-to-end cases it is planted in (the paths whose code it changes).
     cases: tuple[str, ...]
+    #: Whether ``--quick`` (TV 0.1) is designed to catch it; a small effect needs the default profile's design.
+    quick: bool = True
 
 
 LIBRARY_MUTANTS: dict[str, LibraryMutant] = {
@@ -125,6 +154,14 @@ LIBRARY_MUTANTS: dict[str, LibraryMutant] = {
             lossless=False,
             apply=_processors_first_position_only,
             cases=("e2e/assistant_model/processed", "e2e/prompt_lookup/processed"),
+        ),
+        LibraryMutant(
+            "temperature_skipped_on_some_rows",
+            "the target's temperature warper left out of one verified row in four, at random (a small effect)",
+            lossless=False,
+            apply=_temperature_skipped_on_some_rows,
+            cases=("e2e/assistant_model/processed", "e2e/early_exit/processed", "e2e/prompt_lookup/processed"),
+            quick=False,
         ),
         LibraryMutant(
             "raw_q_processed_drafts",

@@ -60,6 +60,8 @@ from specwatch.targets.vllm.models import E2E_VOCAB, EAGLE3_DRAFT_TOKENS, condit
 E2E_LENGTH = 3
 #: Tokens each trial generates; the conditional check tests all of them (about three verification rounds).
 E2E_HORIZON = 12
+#: TV distance every end-to-end sampling case is designed for in the default profile (``--quick``: QUICK_EPSILON).
+E2E_EPSILON = 0.03
 #: Repeats an n-gram so that ngram lookup proposes drafts from the first step on.
 PROMPT: tuple[int, ...] = (1, 2, 3, 1, 2, 3, 1, 2)
 #: Cuts real mass on every row the joint law enumerates (:func:`processed_law`): top-k 6 of 8 removes at least
@@ -346,7 +348,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
                     family="e2e",
                     description=f"LLM.generate: {_ENGINE_DESCRIPTIONS[engine_name]} ({desc}); joint law of the first {E2E_LENGTH} tokens, "
                     f"every token of {E2E_HORIZON} against its conditional law{accepted}",
-                    epsilon=0.1,
+                    epsilon=E2E_EPSILON,
                     make_experiment=make,
                     skip_reason=skip,
                     quick=case_name in _QUICK,

@@ -15,6 +15,7 @@ from specwatch.conditional import (
     pit_bins,
     pit_null,
     processing_margin,
+    processing_margins,
     randomized_pit,
 )
 from specwatch.stats import log_e_dirichlet_mixture
@@ -142,3 +143,15 @@ def test_processing_margin_measures_the_distance_to_the_support_boundaries():
     tie = np.log(np.array([0.4, 0.3, 0.3]))
     assert processing_margin(tie, 1.0, 1, None) > 0
     assert processing_margin(tie, 1.0, 2, None) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.0, None, None), (2.0, 4, 0.7), (0.7, 50, 0.9), (1.0, 3, None), (1.3, None, 0.8)]
+)
+def test_the_vectorised_margins_equal_the_row_by_row_ones(temperature, top_k, top_p):
+    rng = np.random.default_rng(7)
+    logits = rng.normal(0.0, 3.0, size=(200, 64))
+    logits[::7, :5] = -np.inf  # rows with masked tokens
+    logits[::11, 10:14] = logits[::11, 9:10]  # ties
+    expected = [processing_margin(row, temperature, top_k, top_p) for row in logits]
+    np.testing.assert_allclose(processing_margins(logits, temperature, top_k, top_p), expected, rtol=1e-9, atol=1e-12)

@@ -79,13 +79,14 @@ def test_a_case_short_of_its_coverage_says_so_and_is_not_a_plain_pass():
 
 def test_an_experiment_can_lower_the_trial_floor_to_its_own_minimum():
     """Without ``min_trials`` the cap is at least one first batch (1024); an experiment whose trials are
-    costly (generate() calls) can ask for fewer when its design needs fewer."""
+    costly (generate() calls) can ask for fewer when its design needs fewer (the cap itself: no early pass)."""
     wide = Case(id="test/coverage/wide", family="test", description="uniform cells", epsilon=0.45)
-    default = run_case(wide, _Uniform(REACHED), SuiteConfig(seed=1), 1)
+    config = SuiteConfig(seed=1, early_pass=False)
+    default = run_case(wide, _Uniform(REACHED), config, 1)
     assert default.trial_cap == 1024
     cheap = _Uniform(REACHED)
     cheap.min_trials = 32
-    lowered = run_case(wide, cheap, SuiteConfig(seed=1), 1)
+    lowered = run_case(wide, cheap, config, 1)
     assert 32 <= lowered.trial_cap < 1024
     assert lowered.n_trials == lowered.trial_cap
     assert lowered.powered  # the design's own size still gives the designed power
@@ -120,3 +121,14 @@ def test_the_summary_says_in_how_many_trials_the_rounds_were_seen():
     assert coverage_summary(summary) == "drafts<=3 full 2 partial 1 rounds 3-4"
     assert coverage_summary(summary, 3) == "drafts<=3 full 2 partial 1 rounds 3-4"  # every trial's rounds seen
     assert coverage_summary(summary, 105) == "drafts<=3 full 2 partial 1 rounds 3-4 (in 3 of 105 trials)"
+
+
+def test_a_case_short_of_its_coverage_does_not_stop_on_an_early_pass():
+    """Its check passes early, but stopping would leave the coverage short: it runs to its cap, where the case
+    that reached its coverage stops on the early pass."""
+    short = run_case(CASE, _Uniform(Coverage(drafts={1: 3}, accepted={0: 1, 1: 2}, rounds={3: 1})), SuiteConfig(seed=1), 1)
+    assert (short.n_trials, short.early_pass) == (short.trial_cap, False)
+    assert short.checks[0].passed_at is not None
+    reached = run_case(CASE, _Uniform(REACHED), SuiteConfig(seed=1), 1)
+    assert reached.early_pass
+    assert reached.n_trials < reached.trial_cap

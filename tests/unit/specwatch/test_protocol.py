@@ -44,10 +44,28 @@ def test_a_schema_2_result_reads_without_the_per_trial_bound_of_acceptance(resul
     assert read.results[0].acceptance.observed == result.results[0].acceptance.observed
 
 
+def test_a_schema_3_result_reads_as_one_without_the_early_pass(result: RunResult) -> None:
+    """Schema 3 ran every passing case to its cap and had no pass statistic: it reads with the early pass off."""
+    payload = _payload(result)
+    payload["schema"] = 3
+    payload.pop("early_pass_beta")
+    for case in payload["results"]:
+        case["schema"] = 3
+        for key in ("early_pass", "pass_threshold"):
+            case.pop(key)
+        for check in case["checks"]:
+            check.pop("pass_log_statistic")
+            check.pop("passed_at")
+    read = RunResult.from_json(payload)
+    assert read.early_pass_beta is None
+    assert [(c.early_pass, c.pass_threshold) for c in read.results] == [(False, None)] * len(read.results)
+    assert all(check.passed_at is None for c in read.results for check in c.checks)
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2 and {RESULT_SCHEMA}"),
+        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2, 3 and {RESULT_SCHEMA}"),
         (lambda p: p["results"][0].update(schema=RESULT_SCHEMA + 1), "case 'direct/far_apart/V8/g1': schema"),
         (lambda p: p.pop("schema"), "run result: schema None"),
         (lambda p: p.update(verdict="maybe"), "run result: ValueError: 'maybe' is not a valid Verdict"),

@@ -46,7 +46,7 @@ def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
     for seed in range(runs):
         result = run_case(TINY, experiment, SuiteConfig(alpha=alpha, seed=seed), tests)
         rejections += result.verdict == Verdict.FAIL
-        assert result.verdict == Verdict.FAIL or result.n_trials == result.trial_cap
+        assert result.verdict == Verdict.FAIL or result.n_trials == result.trial_cap or result.early_pass
         stopped += [c.stopped_e_value for c in result.checks]
         maxima += [c.e_value for c in result.checks]
         largest.append(max(c.e_value for c in result.checks))
@@ -54,8 +54,10 @@ def test_false_alarm_rate_of_the_decision_procedure_is_at_most_alpha():
     assert upper <= alpha, f"{rejections} false alarms in {runs} runs"
     values = np.minimum(np.array(stopped), 100.0)  # truncation only lowers the mean
     assert values.mean() + 3.3 * values.std() / np.sqrt(len(values)) < 1.2, values.mean()
-    assert np.mean(maxima) > 1.2
-    assert np.mean(largest) > 1.5
+    # With the early pass (the default) clean runs stop sooner and their running maxima wander up less: measured
+    # means 1.163 and 1.767 (they were above 1.2 and 1.5 when every clean run went to its cap).
+    assert np.mean(maxima) > 1.1
+    assert np.mean(largest) > 1.3
 
 
 def test_a_violation_stops_the_case_early():
@@ -98,7 +100,7 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 3
+    assert payload["schema"] == 4
     assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
     for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
@@ -226,10 +228,14 @@ EQUAL = Case(id="test/equal/V4/g2", family="test", description="p == q, two draf
 def test_powered_counts_the_observations_each_check_got():
     """Lossless but slower (a draft is accepted only when an independent target sample agrees): the third
     position, reached in every trial of the exact law (p == q), is reached in about 9 % of them. The
-    conformance failure needs no power, but the lossless pass it still claims does: not powered."""
+    conformance failure needs no power, but the lossless pass it still claims does: not powered, unless the
+    early pass backs it (the rarely reached check's few observations passed against TV >= epsilon)."""
     experiment = EQUAL.build(MUTANTS["strict_acceptance"].sampler, torch.device("cpu"))
     tests = len(experiment.checks)
-    result = run_case(EQUAL, experiment, SuiteConfig(), tests)
+    backed = run_case(EQUAL, experiment, SuiteConfig(), tests)
+    assert (backed.failure, backed.powered) == (Failure.CONFORMANCE, True)
+    assert all(c.passed_at is not None for c in backed.checks if c.designed and c.layer == "lossless")
+    result = run_case(EQUAL, experiment, SuiteConfig(early_pass=False), tests)
     assert (result.lossless, result.conformance, result.failure) == (Verdict.PASS, Verdict.FAIL, Failure.CONFORMANCE)
     assert not result.powered
     assert "losslessness underpowered" in result.reason
@@ -240,7 +246,7 @@ def test_powered_counts_the_observations_each_check_got():
     pos3 = next(c for c in result.checks if c.name == "lossless/pos3")
     assert pos3.observations < 0.2 * result.n_trials
     assert pos3.design_epsilon > EQUAL.epsilon
-    reference = run_case(EQUAL, EQUAL.build(reference_sampler, torch.device("cpu")), SuiteConfig(), tests)
+    reference = run_case(EQUAL, EQUAL.build(reference_sampler, torch.device("cpu")), SuiteConfig(early_pass=False), tests)
     assert reference.verdict == Verdict.PASS
     assert reference.powered
 
@@ -265,9 +271,10 @@ class _HorizonExperiment:
 
 def test_a_long_horizon_check_sizes_the_cap_by_its_observations_per_trial_and_tops_up_a_shortfall():
     """Ten observations per trial need a tenth of the trials; a check that sees fewer (rows left out near a
-    processing boundary) gets more trials at the rate it sees them, so a correct sampler's pass stays powered."""
+    processing boundary) gets more trials at the rate it sees them, so a correct sampler's pass stays powered
+    (without the early pass, which would stop these clean runs before their caps)."""
     case = Case(id="test/horizon", family="test", description="", epsilon=0.1, make_experiment=lambda device: _HorizonExperiment(10))
-    config, tests = SuiteConfig(), 1
+    config, tests = SuiteConfig(early_pass=False), 1
     full = run_case(case, _HorizonExperiment(10), config, tests)
     needed = plan_test(16, 10.0, 0.1, 1 / full.threshold, config.beta).needed
     assert full.trial_cap == full.n_trials == math.ceil(needed / 10)
@@ -292,7 +299,7 @@ def test_the_cap_is_sized_by_the_planner_and_limited_by_max_trials():
     loose = run_case(TINY, experiment, SuiteConfig(epsilon=0.1), 4)
     tight = run_case(TINY, experiment, SuiteConfig(epsilon=0.05), 4)
     assert tight.trial_cap == pytest.approx(4 * loose.trial_cap, rel=0.02)
-    limited = run_case(TINY, experiment, SuiteConfig(epsilon=0.05, max_trials=5000), 4)
+    limited = run_case(TINY, experiment, SuiteConfig(epsilon=0.05, max_trials=5000, early_pass=False), 4)
     assert limited.trial_cap == 5000
     assert not limited.powered
 

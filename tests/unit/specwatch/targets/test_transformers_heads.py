@@ -30,7 +30,10 @@ def target():
 
 
 def _run(target, patterns):
-    return run_suite(select(patterns, target.cases), target.sampler, SuiteConfig(seed=3), target=target.spec, library=target.library)
+    """The default profile at TV 0.1: these tests pin verdicts, which do not depend on the design; the catalogue's own
+    TV 0.03 takes 11 times the trials (its cost: bench/suite_sensitivity.py)."""
+    config = SuiteConfig(seed=3, epsilon=0.1)
+    return run_suite(select(patterns, target.cases), target.sampler, config, target=target.spec, library=target.library)
 
 
 def test_every_head_path_has_sampling_and_greedy_cases(target):

