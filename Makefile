@@ -75,7 +75,7 @@ test-sglang: test-deps install
 LLAMACPP_PIP ?= llama-cpp-python==0.3.36
 test-llamacpp: test-deps install
 	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(LLAMACPP_PIP)'))" > .llamacpp-path
-	PYTHONPATH="$$(cat .llamacpp-path)" SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m llamacpp tests/e2e/test_llamacpp_target.py
+	PYTHONPATH="$$(cat .llamacpp-path)" SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m llamacpp tests/e2e/test_llamacpp_target.py tests/e2e/test_llamacpp_server.py
 
 # CI's llama.cpp smoke: `make test-llamacpp` where LLAMACPP_PIP is built in the release cache already; otherwise it says
 # so and passes (the cold build, over 15 minutes on 2 cores, does not fit CI's budget: `make test-llamacpp` builds it).

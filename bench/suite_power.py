@@ -71,12 +71,13 @@ import torch
 from numpy.typing import NDArray
 
 from specwatch.cases import CASES, Case
+from specwatch.early_pass import log_pass_statistic
 from specwatch.experiments import ChainExperiment, CheckSpec
 from specwatch.mutants import MUTANTS, Mutant
 from specwatch.protocol import CaseResult, Verdict
 from specwatch.runner import EARLY_PASS_LOOKS, Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
 from specwatch.sampling import Sampler, reference_sampler
-from specwatch.stats import log_e_dirichlet_mixture, log_pass_statistic, pearson_noncentrality, plan_test, rejection_threshold
+from specwatch.stats import log_e_dirichlet_mixture, pearson_noncentrality, plan_test, rejection_threshold
 
 THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
 MC_BATCH = 1 << 16
@@ -502,19 +503,22 @@ def throughput_section(case_ids: Sequence[str], repeats: int) -> None:
 
 
 def battery_section() -> None:
-    started = time.perf_counter()
-    run = run_suite(CASES, reference_sampler, SuiteConfig(seed=0))
-    wall = time.perf_counter() - started
-    trials = sum(r.n_trials for r in run.results)
-    failed = [r.case_id for r in run.results if r.verdict != Verdict.PASS]
-    print(
-        f"\n3. Reference battery, seed 0, default SuiteConfig: {len(run.results)} cases, {run.tests} tests, verdict {run.verdict}, "
-        f"{trials:,} trials, wall {wall:.2f} s (run_suite duration_s {run.duration_s:.2f} s, {trials / wall:,.0f} trials/s)"
-    )
-    if failed:
-        print(f"   NOTE non-passing cases: {failed}")
-    slowest = sorted(run.results, key=lambda r: r.duration_s, reverse=True)[:3]
-    print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
+    for early_pass in (True, False):
+        started = time.perf_counter()
+        run = run_suite(CASES, reference_sampler, SuiteConfig(seed=0, early_pass=early_pass))
+        wall = time.perf_counter() - started
+        trials = sum(r.n_trials for r in run.results)
+        failed = [r.case_id for r in run.results if r.verdict != Verdict.PASS]
+        early = sum(r.early_pass for r in run.results)
+        print(
+            f"\n3. Reference battery, seed 0, SuiteConfig(early_pass={early_pass}): {len(run.results)} cases ({early} stopped on an "
+            f"early pass), {run.tests} tests, verdict {run.verdict}, {trials:,} trials, wall {wall:.2f} s "
+            f"(run_suite duration_s {run.duration_s:.2f} s, {trials / wall:,.0f} trials/s)"
+        )
+        if failed:
+            print(f"   NOTE non-passing cases: {failed}")
+        slowest = sorted(run.results, key=lambda r: r.duration_s, reverse=True)[:3]
+        print("   slowest: " + ", ".join(f"{short_case(r.case_id)} {r.duration_s:.2f} s ({r.n_trials:,} trials)" for r in slowest))
 
 
 # ------------------------------------------------------------------------------------- design check
@@ -752,7 +756,7 @@ def early_pass_run(
         counts += rng.multinomial(n, law)
         if rejected is None and log_e_dirichlet_mixture(counts, null) >= log_threshold:
             rejected = trials
-        if passed is None and log_pass_statistic(counts, null, epsilon) >= log_pass:
+        if passed is None and log_pass_statistic(counts, null, epsilon, target=log_pass) >= log_pass:
             passed = trials
         if rejected is not None and passed is not None:
             break
@@ -857,7 +861,7 @@ def main() -> None:
         f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
     )
     if args.early_pass:
-        early_pass_section((8, 16, 64, 512), (0.03, 0.1), args.early_runs, args.early_tests, args.seed)
+        early_pass_section((8, 16, 64, 128, 512), (0.03, 0.1), args.early_runs, args.early_tests, args.seed)
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
         return
     if args.design:

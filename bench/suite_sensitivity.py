@@ -16,7 +16,12 @@ Per path (a case of the installed transformers), in one process with one thread,
   the measured CPU per trial), for each ``--design`` value; the last line sums them (2 idle cores: about half
   of the sum in wall time with ``--jobs 2``, plus start-up and the last case's tail).
 
+With ``--run``, each case is instead run as the default profile runs it (``runner.run_case`` at the case's own
+design TV, m = ``--tests``, seed 1, the early pass on unless ``--no-early-pass``): verdict, trials against the cap and
+CPU-seconds, what a clean case really costs once it may stop before its cap.
+
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_sensitivity.py [--trials 48] [--cases 'e2e/*'] [--tests 400]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_sensitivity.py --run --cases e2e/dflash/plain
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 import torch
 
 from specwatch.evidence import designed_checks
-from specwatch.runner import SuiteConfig, trial_cap
+from specwatch.runner import SuiteConfig, run_case, trial_cap
 from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, rejection_threshold
 from specwatch.targets import resolve
 
@@ -88,6 +93,15 @@ def measure(target: Any, case: Any, trials: int, level: float, beta: float, desi
     }
 
 
+def run_as_profiled(target: Any, case: Any, tests: int, *, early_pass: bool) -> str:
+    """One line: the case run as the default profile runs it, with its CPU-seconds."""
+    started = time.process_time()
+    experiment = case.build(target.sampler, torch.device("cpu"))
+    result = run_case(case, experiment, SuiteConfig(seed=1, early_pass=early_pass), tests)
+    cpu = time.process_time() - started
+    return f"{case.id:46} TV {case.epsilon:<5} {result.verdict.value:5} {result.n_trials:>9}/{result.trial_cap:<9} {cpu:8.1f} CPU-s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=48, help="generate() trials timed per path (harness and bare each)")
@@ -96,6 +110,8 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=1e-4)
     parser.add_argument("--beta", type=float, default=1e-3)
     parser.add_argument("--design", type=float, action="append", help="design TV values to project (default 0.1, 0.05, 0.03)")
+    parser.add_argument("--run", action="store_true", help="run each case as the default profile does (trials, CPU-s)")
+    parser.add_argument("--no-early-pass", action="store_true", help="with --run: run to the cap (no early pass)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     designs = args.design or [0.1, 0.05, 0.03]
@@ -105,6 +121,10 @@ def main() -> None:
     cases = [c for c in target.cases if c.skip_reason is None and any(fnmatch.fnmatch(c.id, p) for p in patterns)]
     cases = [c for c in cases if not c.id.startswith("e2e/greedy/")]  # fixed 64 prompts: no design TV
     print(f"transformers {target.library.get('version')}; level alpha/m = {args.alpha}/{args.tests}, power {1 - args.beta}")
+    if args.run:
+        for case in cases:
+            print(run_as_profiled(target, case, args.tests, early_pass=not args.no_early_pass), flush=True)
+        return
     head = "".join(f"  CPU-s@{e:<5}" for e in designs)
     print(f"{'path':46} {'ms/trial':>9} {'obs/CPU-s':>10} {'TV/CPU-min':>11} {'ratio':>6}{head}")
     totals = dict.fromkeys(designs, 0.0)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specwatch.cases import Case
+from specwatch.early_pass import log_pass_statistic
 from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
 from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
 from specwatch.sampling import TargetRaised
@@ -24,7 +25,6 @@ from specwatch.stats import (
     SEQUENTIAL_INFLATION,
     detectable_epsilon,
     log_e_dirichlet_mixture,
-    log_pass_statistic,
     support_violations,
     tv_interval,
     weighted_chi2_pvalue,
@@ -100,7 +100,8 @@ class CaseEvidence:
     def _update_pass(self, check: CheckSpec) -> None:
         if check.name not in self.pass_log or check.name in self.passed_at or self.pass_log_threshold is None:
             return
-        self.pass_log[check.name] = log_pass_statistic(self.counts[check.name], check.null, self.epsilon)
+        statistic = log_pass_statistic(self.counts[check.name], check.null, self.epsilon, target=self.pass_log_threshold)
+        self.pass_log[check.name] = statistic
         if self.pass_log[check.name] >= self.pass_log_threshold:
             self.passed_at[check.name] = self.trials
 

@@ -98,7 +98,8 @@ class CheckResult:
     stopped_e_value: float = 1.0
     reach: float | None = None  # P(a trial contributes an observation) under the null
     designed: bool = True  # the check sets the trial cap and counts for ``powered``
-    #: The early-pass statistic (ln, docs/statistics.md §7a) at its crossing, or its last value; None: not watched.
+    #: The early-pass statistic (ln, docs/statistics.md §7a) at its crossing, or its last value (a lower bound refined
+    #: only as far as the decision needs); None: not watched.
     pass_log_statistic: float | None = None
     passed_at: int | None = None  # trials at which the pass statistic reached the case's ``pass_threshold``
 

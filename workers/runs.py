@@ -48,6 +48,9 @@ _CASE_DETAIL_FIELDS = (
     "certain",
     # speculative end-to-end cases
     "coverage",
+    # schema 4: the early pass (its per-check statistic and trials are in ``checks``)
+    "early_pass",
+    "pass_threshold",
 )
 
 

@@ -39,6 +39,7 @@ from specwatch.targets.llamacpp.paths import (
     forward_difference,
     greedy_reference,
 )
+from specwatch.targets.llamacpp.server_cases import server_cases
 
 LENGTH = 3
 HORIZON = 12
@@ -284,4 +285,5 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         lambda device: ForwardExperiment(),
         no_python,
     )
+    cases += server_cases(adapter)
     return tuple(cases)

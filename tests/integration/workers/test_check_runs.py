@@ -26,8 +26,11 @@ from service.cli import app as cli
 from service.db import session_scope
 from service.models import CaseResult, Commit, Notification, NotificationChannel, NotificationStatus, Run, RunStatus, Target
 from service.queries import add_finding
+from specwatch.cases import select as select_cases
 from specwatch.protocol import RunResult
 from specwatch.report import KnownFinding, markdown_report
+from specwatch.runner import SuiteConfig, run_suite
+from specwatch.sampling import reference_sampler
 from tests.support.http_fakes import fake_server
 from workers.notify import Channels, NotifyConfig, deliver_due, queue_commit_status
 from workers.runs import case_result_row
@@ -173,3 +176,20 @@ def test_the_cli_turns_check_runs_on_and_off(factory: sessionmaker[Session], tmp
     missing = runner.invoke(cli, ["targets", "update", "nosuch", "--github-checks"], obj=factory)
     assert missing.exit_code == 2
     runner.invoke(cli, ["targets", "remove", "optin"], obj=factory)
+
+
+def test_an_early_pass_is_stored_and_rebuilt(backend_factory: sessionmaker[Session]) -> None:
+    """A case that stopped on an early pass keeps it through the database: the case's flag and threshold (``details``),
+    each check's pass statistic and trials, and the run's beta_pass (the header)."""
+    suite = run_suite(select_cases([KNOWN_CASE]), reference_sampler, SuiteConfig(seed=7))
+    result: dict[str, Any] = json.loads(json.dumps(suite.to_dict(), allow_nan=False))
+    with session_scope(backend_factory) as session:
+        run = _stored_run(session, result, name="early")
+        rebuilt = stored_result(run, list(session.scalars(select(CaseResult).where(CaseResult.run_id == run.id))))
+    assert rebuilt is not None
+    (case,), (original,) = rebuilt.results, suite.results
+    assert (case.early_pass, case.pass_threshold, rebuilt.early_pass_beta) == (True, original.pass_threshold, 1e-3)
+    assert case.n_trials < case.trial_cap
+    passes = [(c.name, c.passed_at, c.pass_log_statistic) for c in case.checks]
+    assert passes == [(c.name, c.passed_at, c.pass_log_statistic) for c in original.checks]
+    assert any(passed_at is not None for _, passed_at, _ in passes)

@@ -21,12 +21,13 @@ from typer.testing import CliRunner
 
 from service.cli import app
 from specwatch import __main__ as suite_main
-from specwatch import stats as sw_stats
+from specwatch import early_pass
 from specwatch.cases import Case
+from specwatch.early_pass import log_pass_statistic
 from specwatch.experiments import CheckSpec, Observation
 from specwatch.protocol import Failure, Layer, RunResult, Verdict
 from specwatch.runner import SuiteConfig, run_case
-from specwatch.stats import log_pass_statistic, plan_test, tv_distance
+from specwatch.stats import plan_test, tv_distance
 
 Statistic = Callable[[NDArray[np.int64], NDArray[np.float64], float], float]
 
@@ -35,57 +36,69 @@ def _kl(x: float, y: float) -> float:
     return float(special.rel_entr(x, y) + special.rel_entr(1 - x, 1 - y))
 
 
-def _exact_log_ratio(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> float:
-    """ln prod p0(x_i) / sup_{TV(Q, p0) >= eps} prod Q(x_i), by enumerating every set A (small k only)."""
+def _exact_statistics(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> tuple[float, float]:
+    """By enumerating every set A (small k only): the universal-inference ratio n [min_A kl(P_hat(A) || p0(A) + eps)^+ -
+    KL(P_hat || p0)] and the binary one n min_A [kl(P_hat(A) || p0(A) + eps)^+ - kl(P_hat(A) || p0(A))], the larger."""
     n = counts.sum()
     p_hat = counts / n
-    least = math.inf
+    universal = binary = math.inf
     for cells in itertools.product((False, True), repeat=len(p0)):
         a = np.array(cells)
         b, x = p0[a].sum(), p_hat[a].sum()
         if b + epsilon <= 1:
-            least = min(least, _kl(x, b + epsilon) if x < b + epsilon else 0.0)
-    return float(n * (least - special.rel_entr(p_hat, p0).sum()))
+            gain = _kl(x, b + epsilon) if x < b + epsilon else 0.0
+            universal, binary = min(universal, gain), min(binary, gain - _kl(x, b))
+    return float(n * (universal - special.rel_entr(p_hat, p0).sum())), float(n * binary)
+
+
+def _relaxed_universal(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> float:
+    """The universal-inference ratio over the Neyman-Pearson curve, on a dense grid of b (an upper bound of it)."""
+    n = counts.sum()
+    p_hat = counts / n
+    order = np.argsort(-p_hat / p0)
+    corners = np.concatenate(([0.0], np.cumsum(p0[order])))
+    curve = np.concatenate(([0.0], np.cumsum(p_hat[order])))
+    b = np.linspace(0.0, 1.0 - epsilon, 200_001)
+    g = np.minimum(np.interp(b, corners, curve), 1.0)
+    relaxed = np.where(g < b + epsilon, special.rel_entr(g, b + epsilon) + special.rel_entr(1 - g, 1 - b - epsilon), 0.0).min()
+    return float(n * relaxed)
 
 
 class TestLogPassStatistic:
-    def test_is_at_most_the_universal_inference_ratio_and_close_to_it(self) -> None:
-        """A lower bound (so Ville's inequality carries over) of the exact ratio over all 2^k sets, on counts
-        near the null where the bound matters; the relaxation loses little (median gap under 3 %)."""
+    def test_is_at_most_the_exact_binary_statistic_and_close_to_it(self) -> None:
+        """A lower bound (so Ville's inequality carries over, §7a) of the exact statistic over all 2^k sets, on counts
+        near the null and away from it, for any ``target``; the relaxation loses little (median gap under 3 %), and
+        the binary statistic is at least the universal-inference one."""
         rng = np.random.default_rng(7)
         gaps = []
-        for _ in range(60):
+        for i in range(80):
             k = int(rng.integers(2, 9))
             p0 = rng.dirichlet(np.full(k, 2.0))
-            epsilon = float(rng.uniform(0.01, 0.2))
-            counts = rng.multinomial(int(rng.integers(200, 20_000)), p0)
-            exact = _exact_log_ratio(counts, p0, epsilon)
-            got = log_pass_statistic(counts, p0, epsilon)
-            assert got <= exact + 1e-9 * max(1.0, abs(exact))
-            if exact > 1:
-                gaps.append((exact - got) / exact)
+            epsilon = float(rng.uniform(0.01, 0.25))
+            counts = rng.multinomial(int(rng.integers(50, 20_000)), p0 if i % 2 else rng.dirichlet(np.full(k, 50.0)))
+            universal, binary = _exact_statistics(counts, p0, epsilon)
+            assert universal <= binary + 1e-9 * max(1.0, abs(binary))
+            full = log_pass_statistic(counts, p0, epsilon)
+            for target in (None, math.log(1e3), 0.0, 20.0):
+                refined = log_pass_statistic(counts, p0, epsilon, target=target)
+                assert refined <= binary + 1e-9 * max(1.0, abs(binary))
+                if target is not None and abs(full - target) > 1e-3:  # refining only as far as the decision needs
+                    assert (refined >= target) == (full >= target)
+            if binary > 1:
+                gaps.append((binary - log_pass_statistic(counts, p0, epsilon)) / binary)
         assert np.median(gaps) < 0.03
 
-    def test_attains_the_relaxed_minimum(self) -> None:
-        """The dual point found is the relaxed minimiser's: against a dense grid of the relaxed primal, within 1e-3
-        nats (an optimiser that stopped anywhere would still be valid, but would pass later)."""
+    def test_is_at_least_the_relaxed_universal_inference_ratio(self) -> None:
+        """Its universal-inference part attains the relaxed minimum: against a dense grid of the relaxed primal, within
+        1e-3 nats (an optimiser that stopped anywhere would still be valid, but would pass later)."""
         rng = np.random.default_rng(8)
         for _ in range(40):
             k = int(rng.integers(2, 300))
             p0 = rng.dirichlet(np.full(k, float(rng.uniform(0.3, 5.0))))
             epsilon = float(rng.uniform(0.01, 0.2))
             counts = rng.multinomial(int(rng.integers(500, 200_000)), p0)
-            n = counts.sum()
-            p_hat = counts / n
-            order = np.argsort(-p_hat / p0)
-            corners = np.concatenate(([0.0], np.cumsum(p0[order])))
-            curve = np.concatenate(([0.0], np.cumsum(p_hat[order])))
-            b = np.linspace(0.0, 1.0 - epsilon, 200_001)
-            g = np.minimum(np.interp(b, corners, curve), 1.0)
-            relaxed = np.where(g < b + epsilon, special.rel_entr(g, b + epsilon) + special.rel_entr(1 - g, 1 - b - epsilon), 0.0).min()
-            primal = n * (relaxed - special.rel_entr(p_hat, p0).sum())
-            got = log_pass_statistic(counts, p0, epsilon)
-            assert primal - 1e-3 <= got <= primal + 1e-9
+            primal = _relaxed_universal(counts, p0, epsilon) - counts.sum() * special.rel_entr(counts / counts.sum(), p0).sum()
+            assert log_pass_statistic(counts, p0, epsilon) >= primal - 1e-3
 
     def test_grows_with_epsilon_and_refuses_support_violations(self) -> None:
         p0 = np.array([0.5, 0.3, 0.2, 0.0])
@@ -146,6 +159,11 @@ BETA_PASS = 0.1
 RUNS = 300
 
 
+def _early_pass(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> float:
+    """The statistic as the runner computes it: refined until it decides against ln(1 / beta_pass)."""
+    return log_pass_statistic(counts, p0, epsilon, target=-math.log(BETA_PASS))
+
+
 def _passes(statistic: Statistic, law: NDArray[np.float64], p0: NDArray[np.float64], rng: np.random.Generator) -> bool:
     """One run: observations i.i.d. from ``law``, the statistic at every look; True if it ever reached ln(1/beta)."""
     cells = rng.choice(len(p0), size=int(LOOKS[-1]), p=law)
@@ -166,9 +184,11 @@ def _ascending(p_hat: NDArray[np.float64], p0: NDArray[np.float64]) -> tuple[NDA
 
 
 def _without_null_fit(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> float:
-    """Mutant: the statistic without its -n KL(P_hat || p0) term (the numerator's fit)."""
+    """Mutant: the universal-inference statistic without its -n KL(P_hat || p0) term (the numerator's fit), exact over
+    all sets (small k)."""
     n = counts.sum()
-    return log_pass_statistic(counts, p0, epsilon) + float(n * special.rel_entr(counts / n, p0).sum())
+    universal, _ = _exact_statistics(counts, p0, epsilon)
+    return universal + float(n * special.rel_entr(counts / n, p0).sum())
 
 
 def _plug_in(counts: NDArray[np.int64], p0: NDArray[np.float64], epsilon: float) -> float:
@@ -186,7 +206,7 @@ def test_a_law_at_tv_epsilon_passes_early_at_most_beta_pass_of_the_time(
     assert tv_distance(law, p0) == pytest.approx(EPSILON, abs=1e-12)
     assert (law >= 0).all()
     rng = np.random.default_rng(zlib.crc32(name.encode()))
-    passed = sum(_passes(log_pass_statistic, law, p0, rng) for _ in range(RUNS))
+    passed = sum(_passes(_early_pass, law, p0, rng) for _ in range(RUNS))
     assert passed <= _limit(), f"{name}: {passed} early passes in {RUNS} runs"
 
 
@@ -194,10 +214,11 @@ def test_a_law_at_tv_epsilon_passes_early_at_most_beta_pass_of_the_time(
 def test_a_mutant_of_the_statistic_passes_laws_at_tv_epsilon_too_often(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The calibration test has teeth: a statistic built on the wrong curve, or the plug-in TV, exceeds the
     bound on some shape. (Dropping the -KL(P_hat || p0) term is wrong too, but only through repeated looks: it is
-    valid at any one n, and exceeds beta_pass by ~20 % at these horizons: ``bench/suite_power.py --early-pass``.)"""
-    statistic: Statistic = log_pass_statistic
+    valid at any one n, and passed 38 of 300 runs of proportional/k2 here, 0.13 > beta_pass but within the margin.)"""
+    statistic: Statistic = _early_pass
     if mutant == "ascending":
-        monkeypatch.setattr(sw_stats, "_neyman_pearson", _ascending)
+        monkeypatch.setattr(early_pass, "_neyman_pearson", _ascending)
+        monkeypatch.setattr(early_pass, "_cannot_reach", lambda *args: False)  # the shortcut would hide some of it
     else:
         statistic = _plug_in
     rng = np.random.default_rng(11)
@@ -237,7 +258,7 @@ def test_under_the_null_it_passes_well_before_the_cap(support: int, by: float, f
             n = min(look, int(by * needed))
             counts += rng.multinomial(n - seen, p0)
             seen = n
-            if log_pass_statistic(counts, p0, EPSILON) >= math.log(1e3):
+            if log_pass_statistic(counts, p0, EPSILON, target=math.log(1e3)) >= math.log(1e3):
                 early += 1
                 break
             if n >= by * needed:
