@@ -142,9 +142,11 @@ def markdown_report(
     return "\n".join(lines)
 
 
-def coverage_summary(coverage: dict[str, Any] | None) -> str:
+def coverage_summary(coverage: dict[str, Any] | None, trials: int | None = None) -> str:
     """One line for tables: the most drafts a verification had, how many accepted all / some of >= 2
-    drafts, the range of rounds per call, and "short" when the design was not reached."""
+    drafts, the range of rounds per call, the trials whose rounds were seen when ``trials`` is given and the
+    rounds of some were not (llama-speculative's are reconstructed for part of each batch), and "short" when
+    the design was not reached."""
     if not coverage:
         return "-"
     drafts = [int(k) for k, v in coverage.get("drafts", {}).items() if v]
@@ -153,4 +155,7 @@ def coverage_summary(coverage: dict[str, Any] | None) -> str:
         f"drafts<={max(drafts, default=0)} full {coverage.get('full', 0)} partial {coverage.get('partial', 0)} "
         f"rounds {min(rounds, default=0)}-{max(rounds, default=0)}"
     )
+    seen = sum(int(v) for v in coverage.get("rounds", {}).values())
+    if trials is not None and seen < trials:
+        text += f" (in {seen} of {trials} trials)"
     return text + (" (short of design)" if coverage.get("shortfalls") else "")

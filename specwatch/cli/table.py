@@ -76,7 +76,7 @@ def results_table(results: Sequence[CaseResult], known: Mapping[str, Finding] | 
             _fmt_e(r),
             _fmt_tv(r),
             _fmt_acceptance(r),
-            coverage_summary(r.coverage),
+            coverage_summary(r.coverage, r.n_trials),
             f"{r.duration_s:.2f}s",
         )
     return table

@@ -8,11 +8,8 @@ tested without llama.cpp in tests/unit/specwatch/targets/test_llamacpp_chain.py.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +19,9 @@ from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
 from specwatch.targets import resolve
 from specwatch.targets.install import cache_root
-from specwatch.targets.llamacpp.build import BUILD_INFO, cuda_device, release_root
-from specwatch.targets.llamacpp.checkout import checkout_root
+from specwatch.targets.llamacpp.adapter import LlamaCppAdapter
+from specwatch.targets.llamacpp.build import build_info, cuda_device, release_root
+from specwatch.targets.llamacpp.checkout import build_checkout
 from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, tokens_of
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -57,8 +55,8 @@ def test_llama_cpp_computes_the_reference_forward_within_float32_noise(target):
 
 def test_generate_with_prompt_lookup_is_lossless(target):
     result = _run(target, "e2e/python_prompt_lookup/*")
-    assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.message) for c in result.cases]
-    coverage = result.cases[0].coverage
+    assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.reason) for c in result.results]
+    coverage = result.results[0].coverage
     assert coverage is not None
     assert coverage["full"] > 0
     assert coverage["partial"] > 0
@@ -66,13 +64,13 @@ def test_generate_with_prompt_lookup_is_lossless(target):
 
 def test_llama_speculative_greedy_equals_plain_greedy(target):
     result = _run(target, "e2e/greedy/speculative")
-    assert result.verdict is Verdict.PASS, [(c.case_id, c.message) for c in result.cases]
+    assert result.verdict is Verdict.PASS, [(c.case_id, c.reason) for c in result.results]
 
 
 def test_llama_speculative_at_temperature_one_is_not_lossless(target):
     # Known finding (docs/findings.md, "llama-speculative drafts the top candidate"): the run must reject.
     result = _run(target, "e2e/speculative/plain")
-    assert result.verdict is Verdict.FAIL, [(c.case_id, c.verdict, c.message) for c in result.cases]
+    assert result.verdict is Verdict.FAIL, [(c.case_id, c.verdict, c.reason) for c in result.results]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -90,32 +88,33 @@ def checkout(target) -> Path:
     if not (repo / ".git").is_dir():
         vendored = release_root(version, cache_root().parent) / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
         shutil.rmtree(repo, ignore_errors=True)
-        shutil.copytree(vendored, repo, symlinks=True)
+        shutil.copytree(vendored, repo, symlinks=True, ignore=shutil.ignore_patterns(".git"))  # its submodule link
         _git(repo, "init", "-q")
         _git(repo, "add", "--all")
         _git(repo, "commit", "-q", "-m", f"llama.cpp as llama-cpp-python {version} vendors it")
     return repo
 
 
-def test_a_llama_cpp_checkout_is_built_with_cmake_and_its_tools_tested(checkout, tmp_path):
-    """``--source`` a checkout: built into the cache, the identity names the commit checked out, the tools' cases run
-    and llama-cpp-python's are skipped with the reason."""
-    out = tmp_path / "run.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cases = ("e2e/greedy/speculative", "e2e/python_control/plain", "e2e/forward/gguf_reference")
-    cmd = [sys.executable, "-m", "specwatch", "run", "--source", str(checkout), "--quick", "--json", str(out)]
-    done = subprocess.run([*cmd, *(a for c in cases for a in ("--cases", c))], capture_output=True, text=True, env=env, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    run = json.loads(out.read_text())
-    environment = run["environment"]
-    assert environment["library_distribution"] == "llama.cpp"
-    assert environment["library_llama_cpp_commit"] == _git(checkout, "rev-parse", "HEAD")
-    assert environment["library_dirty"] == "false"
-    assert environment["library_cuda"] == ("on" if cuda_device() else "off")
-    info = json.loads((checkout_root(checkout, cache_root().parent) / "python" / BUILD_INFO).read_text())
+def test_a_llama_cpp_checkout_is_built_with_cmake_and_its_tools_tested(checkout):
+    """``--source`` a checkout: built into the cache (``llama-speculative`` only here: llama-server's build would add
+    as long again the first time; the command line's choice of target and its build step are tested in
+    tests/unit/specwatch/targets/test_llamacpp_build.py), the identity names the commit checked out, the tool's cases
+    run and llama-cpp-python's are skipped with the reason."""
+    python = build_checkout(checkout, cache_root().parent, tools=("llama-speculative",))
+    info = build_info([str(python)])
+    assert info is not None
     assert info["source"] == str(checkout.resolve())
-    verdicts = {r["case_id"]: (r["verdict"], r["reason"]) for r in run["results"]}
-    assert verdicts["e2e/greedy/speculative"][0] == "pass", verdicts
-    for case in cases[1:]:
-        assert verdicts[case][0] == "skipped"
+    assert (info["llama_cpp_commit"], info["dirty"]) == (_git(checkout, "rev-parse", "HEAD"), False)
+    assert f"-DGGML_CUDA={'ON' if cuda_device() else 'OFF'}" in info["cmake_options"]
+    adapter = LlamaCppAdapter(None, str(info["version"]), info, {"llama-speculative": True})
+    library = adapter.describe()
+    assert library["distribution"] == "llama.cpp"
+    assert library["git_sha"] == info["llama_cpp_commit"]
+    patterns = ("e2e/greedy/speculative", "e2e/python_control/plain", "e2e/forward/gguf_reference")
+    cases = select(list(patterns), adapter.cases())
+    result = run_suite(cases, adapter.sampler(), SuiteConfig(quick=True, seed=3), target="llamacpp", library=library)
+    verdicts = {r.case_id: (r.verdict, r.reason) for r in result.results}
+    assert verdicts["e2e/greedy/speculative"][0] is Verdict.PASS, verdicts
+    for case in patterns[1:]:
+        assert verdicts[case][0] is Verdict.SKIPPED
         assert "no llama-cpp-python" in verdicts[case][1], verdicts

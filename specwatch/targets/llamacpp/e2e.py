@@ -6,10 +6,10 @@ float64 forward over prompt + output (:mod:`specwatch.conditional`; rows within 
 boundary are left out), which size the run (``HORIZON`` observations a trial: 281 trials at TV 0.1), and
 ``lossless/first3``, the joint law of the first ``LENGTH`` tokens under llama.cpp's chain (:mod:`.chain`), which
 rides along without sizing it, as in the transformers target: its 343 to 512 cells would need 9 233 to 10 877 trials
-at TV 0.1 (``Llama.generate`` with its checks takes 1 to 25 ms a trial on 2 cores, idle to heavily shared; a
-``llama-speculative`` process 0.15 s and more: 23 minutes a case). Greedy cases
-(temperature 0) compare the speculative output with plain greedy decoding of the float64 reference, leaving out
-prompts whose top-2 gap is within float noise. Coverage: drafts and accepted drafts per verification round where
+at TV 0.1 (on 2 shared cores a ``Llama.generate`` trial with its checks takes 1 to 25 ms, with prompt lookup 0.1 to
+1 s, and a ``llama-speculative`` process 0.15 s and more: 23 minutes a case). Greedy cases (temperature 0) compare
+the speculative output with plain greedy decoding of the float64 reference, leaving out prompts whose top-2 gap is
+within float noise. Coverage: drafts and accepted drafts per verification round where
 the path shows them (prompt lookup: recorded by wrapping the drafter; llama-speculative: reconstructed from its
 deterministic drafts), rounds per trial, in the sampling and the greedy cases.
 """

@@ -45,9 +45,9 @@ SEEDED_TRIALS = 64
 #: Drafts per verification (draft-simple's --spec-draft-n-max, ngram-simple's m-gram) and the n-gram looked up.
 GAMMA, NGRAM = 3, 2
 #: Processing on for the server's law (the end-of-generation token banned: ``ignore_eos``): every cut removes at
-#: least 1 % of the mass on each row the joint law enumerates and no row lies within 1e-4 of a boundary (the
-#: fixture check). The Python paths' setting (T 0.8, top-k 6, top-p 0.9, min-p 0.05) fails it once the token is
-#: banned: after prompt + (0, 1) top-p's boundary lies 4e-5 from a cumulative probability.
+#: least 1 % of the mass on each row the joint law enumerates (the fixture check asks it on average at each position)
+#: and no row lies within 1e-4 of a boundary. The Python paths' earlier setting (T 0.8, top-k 6, top-p 0.9, min-p
+#: 0.05) fails it once the token is banned: after prompt + (0, 1) top-p's boundary lies 4e-5 from a cumulative probability.
 SERVER_PROCESSING = {"temperature": 0.8, "top_k": 4, "top_p": 0.9, "min_p": 0.2}
 PROCESSED = "T 0.8, top-k 4, top-p 0.9, min-p 0.2"
 

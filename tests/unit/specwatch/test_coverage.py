@@ -114,6 +114,15 @@ def test_an_experiment_that_cannot_measure_acceptance_says_why():
     assert result.acceptance.expected is None
 
 
+def test_the_summary_says_in_how_many_trials_the_rounds_were_seen():
+    from specwatch.report import coverage_summary
+
+    summary = REACHED.to_dict(DESIGN)
+    assert coverage_summary(summary) == "drafts<=3 full 2 partial 1 rounds 3-4"
+    assert coverage_summary(summary, 3) == "drafts<=3 full 2 partial 1 rounds 3-4"  # every trial's rounds seen
+    assert coverage_summary(summary, 105) == "drafts<=3 full 2 partial 1 rounds 3-4 (in 3 of 105 trials)"
+
+
 def test_a_case_short_of_its_coverage_does_not_stop_on_an_early_pass():
     """Its check passes early, but stopping would leave the coverage short: it runs to its cap, where the case
     that reached its coverage stops on the early pass."""
