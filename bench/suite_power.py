@@ -552,9 +552,9 @@ def least_favourable(p0: NDArray[np.float64], epsilon: float) -> tuple[NDArray[n
 
 
 def batch_schedule(cap: int, config: SuiteConfig, *, early_pass: bool = False) -> list[int]:
-    """The runner's batches: max(16, min(first_batch, cap // 8)), doubling to max_batch (with the early pass: to
-    cap // EARLY_PASS_LOOKS), up to the cap."""
-    first = max(16, min(config.first_batch, cap // 8))
+    """The runner's batches: max(16, min(first_batch, cap // 8)), doubling to max_batch (with the early pass: from
+    max(16, min(first_batch, cap // EARLY_PASS_LOOKS)) to cap // EARLY_PASS_LOOKS), up to the cap."""
+    first = max(16, min(config.first_batch, cap // (EARLY_PASS_LOOKS if early_pass else 8)))
     return batch_sizes(cap, first, min(config.max_batch, max(first, cap // EARLY_PASS_LOOKS)) if early_pass else config.max_batch)
 
 

@@ -45,7 +45,7 @@ QUICK_EPSILON = 0.1
 SHORTFALL_PROBABILITY = 1e-3
 #: With the early pass, batches grow to at most cap / EARLY_PASS_LOOKS: a clean case stops within that part of
 #: its cap after its checks pass (doubling to ``max_batch`` would leave half the cap between the last two looks).
-EARLY_PASS_LOOKS = 8
+EARLY_PASS_LOOKS = 32
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,8 @@ def run_case(
         epsilon=epsilon,
         pass_log_threshold=-math.log(config.early_pass_beta) if watched else None,
     )
-    batch = max(16, min(config.first_batch, cap // 8))  # slow experiments (generate calls) report progress sooner
+    # Slow experiments (generate calls) report progress sooner; a watched case looks as often as it may pass.
+    batch = max(16, min(config.first_batch, cap // (EARLY_PASS_LOOKS if watched else 8)))
     largest = min(config.max_batch, max(batch, cap // EARLY_PASS_LOOKS)) if watched else config.max_batch
     timed_out = False
     try:
