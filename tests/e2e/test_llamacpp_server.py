@@ -3,7 +3,7 @@ decoding against the exact laws, greedy equivalence and the seeded token-for-tok
 
 Marked ``llamacpp`` (``make test-llamacpp``: the release built into the suite's cache first on PYTHONPATH). The
 request, the parsing, the round reconstruction and the process handling are tested without llama.cpp in
-tests/unit/specwatch/targets/test_llamacpp_server.py.
+tests/unit/specwatch/targets/test_llamacpp_server_driver.py.
 """
 
 from __future__ import annotations
