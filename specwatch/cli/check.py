@@ -66,6 +66,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
     got = Streamed()
     tasks: dict[str, TaskID] = {}
     errors: list[str] = []
+    total = 0
     with (
         subprocess.Popen(  # noqa: S603 -- our interpreter (in bubblewrap), no shell
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plan.env, cwd=plan.cwd, **plan.popen_options()
@@ -92,6 +93,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
             kind = event.get("event") if isinstance(event, dict) else None
             if kind == "start":
                 got.left_out = list(event.get("left_out") or [])
+                total = len(event.get("cases") or [])
             elif kind == "progress":
                 case_id = event["case_id"]
                 if case_id not in tasks:
@@ -107,6 +109,8 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
                     task = tasks[result.case_id] = bars.add_task(result.case_id, total=1, status="")
                 trials = max(result.n_trials, 1)
                 bars.update(task, total=trials, completed=trials, status=_fmt_verdict(result))
+                if not console.is_terminal:  # a log or CI: the bars render only at the end, so one line per case
+                    console.print(case_line(result, len(got.results), total), highlight=False, soft_wrap=True)
             elif kind == "error":
                 got.error = event["message"]
             elif kind == "run":
@@ -115,6 +119,13 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
         reader.join()
     got.stderr = "".join(errors)
     return got
+
+
+def case_line(result: CaseResult, done: int, total: int) -> str:
+    """One finished case for output that is not a terminal: ``[3/55] id: verdict, trials of cap, seconds``."""
+    early = ", passed early" if result.early_pass else ""
+    trials = f"{result.n_trials:,} of {result.trial_cap:,} trials" if result.trial_cap else f"{result.n_trials:,} trials"
+    return f"[{done}/{total or '?'}] {result.case_id}: {_fmt_verdict(result)}, {trials}{early}, {result.duration_s:.1f} s"
 
 
 def reproduce_command(args: list[str], run: RunResult) -> list[str]:

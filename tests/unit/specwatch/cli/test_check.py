@@ -239,3 +239,20 @@ def test_a_missing_source_folder_is_named_as_such() -> None:
     done = CliRunner().invoke(app, ["check", "--source", "/nonexistent/checkout"])
     assert done.exit_code == ExitStatus.USAGE
     assert "--source /nonexistent/checkout: no such directory" in " ".join(done.output.split())
+
+
+@pytest.mark.unit
+def test_output_that_is_not_a_terminal_gets_a_line_per_finished_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rich's bars render only when a run whose output is not a terminal ends: a long run in a log or CI says each
+    case as it ends, numbered against the cases the suite announced."""
+    events = [
+        {"event": "start", "cases": ["e2e/a", "e2e/b"], "left_out": []},
+        {"event": "case", "result": _result("e2e/a", "pass").to_dict()},
+        {"event": "case", "result": _result("e2e/b").to_dict()},
+    ]
+    child = "".join(f"print({json.dumps(json.dumps(e))}, flush=True)\n" for e in events)
+    got = _stream([sys.executable, "-c", child])
+    assert [r.case_id for r in got.results] == ["e2e/a", "e2e/b"]
+    lines = capsys.readouterr().err.splitlines()
+    first = lines.index("[1/2] e2e/a: pass, 128 of 128 trials, 0.1 s")
+    assert lines[first + 1] == "[2/2] e2e/b: FAIL (lossless), 128 of 128 trials, 0.1 s"
