@@ -125,29 +125,6 @@ def test_e2e_control_passes_every_token_of_the_long_horizon_against_its_conditio
     assert checks["lossless/pit_id"].observations > 0.9 * 12 * result.n_trials
 
 
-def test_finding_cpu_expand_kernel_is_seen_end_to_end_by_the_conditional_check_and_as_a_raise(target):
-    """The CPU build's uninitialised processing (docs/findings.md) end to end: unprocessed, the draft-model
-    run is refuted, a conditional check over the 12-token horizon rejects on its own and so does the acceptance
-    check; processed, vLLM's
-    top-k indexes out of bounds inside ``LLM.generate``: a finding about the library (``failure: raised``)."""
-    if not _cpu_build(target):
-        pytest.skip("the finding is in the CPU backend's kernel overrides")
-    run = _run(target, ["e2e/draft_model/plain", "e2e/draft_model/processed"], quick=True)
-    plain, checks = _checks(run, "e2e/draft_model/plain")
-    assert plain.verdict == Verdict.FAIL, plain.reason
-    assert checks["lossless/pit_id"].rejected or checks["lossless/pit_prob"].rejected, {n: c.log_e_value for n, c in checks.items()}
-    # vLLM's own record of each request's verification steps shows the finding as lost acceptance, by an amount that
-    # depends on the uninitialised memory (0.85 and 1.27 accepted drafts per trial against 1.91 expected from
-    # Σ min(p, q) in two runs of seed 3): the acceptance check rejects.
-    assert checks["conformance/acceptance"].rejected
-    assert plain.acceptance.expected is not None
-    assert plain.acceptance.observed is not None
-    assert plain.acceptance.observed < plain.acceptance.expected
-    processed, _ = _checks(run, "e2e/draft_model/processed")
-    assert (processed.verdict, processed.failure) == (Verdict.FAIL, Failure.RAISED), processed.reason
-    assert "out of bounds" in processed.reason
-
-
 def _patch_expand_kernel(monkeypatch) -> None:
     """The proposed patch of docs/findings.md (docs/repro/vllm_cpu_expand_kernel.py), process-wide until the test ends."""
     spec = importlib.util.spec_from_file_location("vllm_cpu_expand_kernel", _REPRO)
@@ -165,11 +142,16 @@ def test_e2e_draft_model_acceptance_matches_sum_min_p_q_once_the_cpu_build_is_pa
     """With the CPU expand kernel patched, the draft-model cases (greedy drafting: q one-hot; probabilistic: q the
     draft's tempered law) pass every check, the acceptance check among them: the accepted drafts per trial
     (counted from vLLM's per-request verification record) agree with Σ min(p, q) summed over the drafts the
-    trials reached (seed 3: 7.07 against 7.08 per trial, probabilistic), and coverage reached its design. Unpatched, the same record shows
-    the finding as acceptance far below expectation."""
+    trials reached (seed 3: 1.79 against 2.00, 2.62 against 2.60, and 7.07 against 7.07 probabilistic), and
+    coverage reached its design. Unpatched, the same record shows the finding as acceptance far from expectation."""
     if _cpu_build(target):
         _patch_expand_kernel(monkeypatch)
     cases = ["e2e/draft_model/plain", "e2e/draft_model/processed", "e2e/draft_model_probabilistic/plain"]
+    # The early pass stops these after 128 to 192 trials, where the mean accepted per trial is off by chance by up
+    # to about 11 % (1.79 against 2.00 at 192 trials of seed 3; standard error about 0.1): the bound below is 25 %.
+    # Run to the quick cap (1,024 trials) they agree within 2 % (seed 3: 1.92 against 1.95, 2.56 against 2.54, 7.05
+    # against 7.09), but running them that far here leaves the process in a state where the patched EAGLE cases
+    # that follow fail (docs/findings.md, "vLLM on CPU": the patched engine's output depends on what ran before).
     run = _run(target, cases, quick=True)
     for case_id in cases:
         result, checks = _checks(run, case_id)
@@ -178,7 +160,7 @@ def test_e2e_draft_model_acceptance_matches_sum_min_p_q_once_the_cpu_build_is_pa
         observed, expected = result.acceptance.observed, result.acceptance.expected
         assert expected is not None
         assert observed is not None
-        assert abs(observed - expected) < 0.1 * expected, (observed, expected)
+        assert abs(observed - expected) < 0.25 * expected, (observed, expected)
         assert result.acceptance.per_trial_max == E2E_HORIZON - 1  # the drift test's range: indices 1 .. horizon - 1
         assert observed <= result.acceptance.per_trial_max
         assert result.coverage is not None
@@ -186,24 +168,9 @@ def test_e2e_draft_model_acceptance_matches_sum_min_p_q_once_the_cpu_build_is_pa
         assert "acceptance not measured" not in result.reason
 
 
-def test_e2e_ngram_says_its_acceptance_is_not_measured(target, monkeypatch):
-    if _cpu_build(target):
-        _patch_expand_kernel(monkeypatch)
-    run = _run(target, ["e2e/ngram/plain"], quick=True)
-    result, checks = _checks(run, "e2e/ngram/plain")
-    assert result.verdict == Verdict.PASS, result.reason
-    assert "conformance/acceptance" not in checks
-    assert "acceptance not measured: ngram drafts come from vLLM's prompt lookup" in result.reason
-    assert result.acceptance.expected is None
-    assert result.acceptance.observed is not None
-    assert result.acceptance.observed > 0  # accepted drafts within the horizon, from the same record
-    assert result.acceptance.per_trial_max == E2E_HORIZON - 1
-    assert result.coverage is not None
-    assert result.coverage["shortfalls"] == []
-
-
 def test_e2e_eagle_head_built_from_a_config_is_lossless_once_the_cpu_build_is_patched(target, monkeypatch):
-    """EAGLE runs on the CPU build with a random one-layer head saved beside the tiny target (no hub): patched,
+    """Before the ngram test (see there). EAGLE runs on the CPU build with a random one-layer head saved beside the
+    tiny target (no hub): patched,
     sampling with processing off and on passes with its coverage reached (acceptance is not measured, and the
     case says why), and greedy speculative output equals plain greedy output."""
     if _cpu_build(target):
@@ -255,3 +222,51 @@ def test_finding_cpu_expand_kernel_breaks_eagle3_too(target):
     run = _run(target, ["e2e/eagle3/plain"], quick=True)
     result, _ = _checks(run, "e2e/eagle3/plain")
     assert (result.verdict, result.failure) == (Verdict.FAIL, Failure.LOSSLESS), result.reason
+
+
+def test_e2e_ngram_says_its_acceptance_is_not_measured(target, monkeypatch):
+    """After the EAGLE tests: on this machine, an EAGLE or EAGLE-3 engine built in a process where an ngram engine
+    has run emits output off the target's law even patched, greedy included (docs/findings.md, "vLLM on CPU",
+    seen 2026-12-04; an earlier machine passed them in that order)."""
+    if _cpu_build(target):
+        _patch_expand_kernel(monkeypatch)
+    run = _run(target, ["e2e/ngram/plain"], quick=True)
+    result, checks = _checks(run, "e2e/ngram/plain")
+    assert result.verdict == Verdict.PASS, result.reason
+    assert "conformance/acceptance" not in checks
+    assert "acceptance not measured: ngram drafts come from vLLM's prompt lookup" in result.reason
+    assert result.acceptance.expected is None
+    assert result.acceptance.observed is not None
+    assert result.acceptance.observed > 0  # accepted drafts within the horizon, from the same record
+    assert result.acceptance.per_trial_max == E2E_HORIZON - 1
+    assert result.coverage is not None
+    assert result.coverage["shortfalls"] == []
+
+
+def test_finding_cpu_expand_kernel_is_seen_end_to_end_by_the_conditional_check_and_as_a_raise(target):
+    """Last in the module: its big first batch and the engines it discards change the state of the process the
+    other cases run in (see the EAGLE tests). The CPU build's uninitialised processing (docs/findings.md) end to
+    end: unprocessed, the draft-model run is refuted, a conditional check over the 12-token horizon rejects on its
+    own and so does the acceptance check (acceptance away from Σ min(p, q)); processed, vLLM's top-k indexes out
+    of bounds inside ``LLM.generate``: a finding about the library (``failure: raised``)."""
+    if not _cpu_build(target):
+        pytest.skip("the finding is in the CPU backend's kernel overrides")
+    # The acceptance check rides along (not designed): the case stops at the first look where a check rejects, so
+    # it needs that look to hold enough trials. The default profile without the early pass looks first after an
+    # eighth of its cap (362 trials, about 4,000 verification steps); --quick with the early pass looks after 32
+    # (about 350 steps: log E 0.8 to 17.6 over seeds 3 to 5, short of the threshold on two of them).
+    run = _run(target, ["e2e/draft_model/plain", "e2e/draft_model/processed"], early_pass=False)
+    plain, checks = _checks(run, "e2e/draft_model/plain")
+    assert plain.verdict == Verdict.FAIL, plain.reason
+    assert checks["lossless/pit_id"].rejected or checks["lossless/pit_prob"].rejected, {n: c.log_e_value for n, c in checks.items()}
+    # vLLM's own record of each request's verification steps shows the finding as acceptance away from Σ min(p, q),
+    # by an amount and in a direction that depend on the uninitialised memory (accepted drafts per trial against
+    # expected: 0.82, 0.91 and 1.18 against 1.94, 1.92 and 1.88 in lone runs of seeds 3 to 5; 2.33 against 1.85 for
+    # seed 3 inside this module): the acceptance check rejects.
+    assert checks["conformance/acceptance"].rejected
+    assert plain.acceptance.expected is not None
+    assert plain.acceptance.observed is not None
+    assert abs(plain.acceptance.observed - plain.acceptance.expected) > 0.1 * plain.acceptance.expected
+    processed, _ = _checks(run, "e2e/draft_model/processed")
+    assert (processed.verdict, processed.failure) == (Verdict.FAIL, Failure.RAISED), processed.reason
+    assert "out of bounds" in processed.reason
