@@ -84,21 +84,23 @@ def speculative_sampling_sampler(fn: Callable[..., Any]) -> Sampler:
         q_logits = _log_rows(step.draft_probs)[None]
         p_logits = _log_rows(step.target_probs)[None]
         prompt = torch.zeros((1, 1), dtype=torch.long, device=step.device)
-        tokens = torch.full((n, gamma + 1), -1, dtype=torch.long, device=step.device)
-        accepted = torch.empty(n, dtype=torch.long, device=step.device)
         ids = torch.cat((prompt.expand(n, 1), drafts), dim=1)
         kwargs = bind_speculative_sampling(
             fn, candidate_input_ids=ids[:1], candidate_logits=q_logits, candidate_length=gamma, new_logits=p_logits
         )
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=step.device))
         torch.manual_seed(seed)
-        for i in range(n):
-            kwargs["candidate_input_ids"] = ids[i : i + 1]
+        rows: list[torch.Tensor] = []
+        matches: list[torch.Tensor] = []
+        for row_ids in ids.split(1):  # one call per trial, as generate() makes it; the outputs are gathered at the end
+            kwargs["candidate_input_ids"] = row_ids
             valid, n_matches = fn(**kwargs)
-            row = valid.reshape(-1)
-            tokens[i, : row.numel()] = row
-            accepted[i] = int(n_matches)
-        return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=accepted)
+            rows.append(valid.reshape(-1))
+            matches.append(torch.as_tensor(n_matches).reshape(()))
+        tokens = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-1)
+        tokens = torch.nn.functional.pad(tokens, (0, gamma + 1 - tokens.shape[1]), value=-1)
+        accepted = torch.stack(matches).to(dtype=torch.long, device=step.device)
+        return SpecOutput(drafts=drafts, tokens=tokens.to(dtype=torch.long, device=step.device), n_accepted=accepted)
 
     return sampler
 
