@@ -92,7 +92,7 @@ def speculative_sampling_sampler(fn: Callable[..., Any]) -> Sampler:
         torch.manual_seed(seed)
         rows: list[torch.Tensor] = []
         matches: list[torch.Tensor] = []
-        for row_ids in ids.split(1):  # one call per trial, as generate() makes it; the outputs are gathered at the end
+        for row_ids in torch.split(ids, 1):  # one call per trial, as generate() makes it; the outputs are gathered at the end
             kwargs["candidate_input_ids"] = row_ids
             valid, n_matches = fn(**kwargs)
             rows.append(valid.reshape(-1))
