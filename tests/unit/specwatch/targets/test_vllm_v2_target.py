@@ -81,7 +81,9 @@ def test_draft_logits_at_the_wrong_temperature_are_caught(target):
 
     mutant = dataclasses.replace(api, rejection_sample=wrong_temperature)
     cases = v2_cases(mutant, select(["direct/far_apart/V8/g1"], DIRECT_CASES), probe_trials=INTERPRETER_PROBE_TRIALS)
-    run = run_suite(cases, target.sampler, SuiteConfig(seed=3, epsilon=0.3), target="vllm-v2-mutant")
+    # The mutant moves the first token's law by TV 0.037 only, far below the interpreter's design (TV 0.3): the early
+    # pass may rightly stop it as clean (docs/statistics.md §7a), so it runs to the cap, whose trials catch it.
+    run = run_suite(cases, target.sampler, SuiteConfig(seed=3, epsilon=0.3, early_pass=False), target="vllm-v2-mutant")
     assert {r.case_id: r.verdict for r in run.results} == {
         "direct/far_apart/V8/g1": Verdict.FAIL,
         "direct_block/far_apart/V8/g1": Verdict.FAIL,
