@@ -93,7 +93,9 @@ def test_draft_probabilities_at_the_wrong_temperature_are_caught(target):
 
     squared.__signature__ = inspect.signature(kernel)  # type: ignore[attr-defined]
     cases = select(["direct/far_apart/V8/g1", "direct_block/far_apart/V8/g1"], chain_cases(squared, probe_trials=INTERPRETER_PROBE_TRIALS))
-    run = run_suite(cases, target.sampler, SuiteConfig(seed=3, epsilon=0.3), target="sglang-mutant")
+    # q^2 moves the first token's law by TV 0.037 only, far below the interpreter's design (TV 0.3): the early pass
+    # may rightly stop it as clean (docs/statistics.md §7a), so it runs to the cap, whose trials catch it.
+    run = run_suite(cases, target.sampler, SuiteConfig(seed=3, epsilon=0.3, early_pass=False), target="sglang-mutant")
     assert _verdicts(run) == {"direct/far_apart/V8/g1": Verdict.FAIL, "direct_block/far_apart/V8/g1": Verdict.FAIL}
     assert all(r.n_trials > 0 and r.failure != Failure.RAISED for r in run.results)
 
