@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from specwatch.cases import Case
+from specwatch.cases import LIBRARY_DIRECT_EPSILON, Case, library_epsilon
 from specwatch.sampling import Sampler, SpecOutput, SpecStep
 from specwatch.targets.sglang import e2e
 from specwatch.targets.sglang.bindings import MODULE, AdapterError, chain_sampler, engine_thresholds
@@ -34,8 +34,9 @@ from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases
 from specwatch.targets.sglang.dispatch import load_verify_uses_greedy
 from specwatch.targets.vllm import interpreter
 
-#: TV distance of the direct battery on CUDA (one batched call per block of trials).
-DIRECT_EPSILON = 0.05
+#: TV distance of the direct battery on CUDA (one batched call per block of trials); 0.1 at V >= 10,000
+#: (``cases.library_epsilon``).
+DIRECT_EPSILON = LIBRARY_DIRECT_EPSILON
 QUICK = frozenset(
     {
         "direct/far_apart/V8/g1",
@@ -160,7 +161,7 @@ class SglangAdapter:
         epsilon = INTERPRETER_EPSILON if slow else DIRECT_EPSILON
         quick = INTERPRETER_QUICK if slow else QUICK
         tuned = tuple(
-            dataclasses.replace(c, epsilon=max(c.epsilon, epsilon), quick=c.id in quick or c.family == "edge")
+            dataclasses.replace(c, epsilon=library_epsilon(c, epsilon), quick=c.id in quick or c.family == "edge")
             for c in direct + trees + engine
         )
         return tuned + e2e.e2e_cases(self)

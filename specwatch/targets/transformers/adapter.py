@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from specwatch.cases import DIRECT_CASES, EDGE_CASES, Case
+from specwatch.cases import DIRECT_CASES, EDGE_CASES, Case, library_epsilon
 from specwatch.experiments import Experiment
 from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep
 from specwatch.targets.transformers.bindings import AdapterError, generation_config_fields, speculative_sampling_sampler
@@ -33,10 +33,8 @@ from specwatch.targets.transformers.experiments import (
 from specwatch.targets.transformers.heads import head_cases
 from specwatch.targets.transformers.models import UNREACHABLE_EOS, near_copy_models
 
-#: TV distance the direct battery is designed for through the library in the default profile (each trial is one
-#: call; ``--quick`` tests its subset at ``runner.QUICK_EPSILON``), and for the 50,257-token case (1.4 ms a call).
-DIRECT_EPSILON = 0.05
-LARGE_VOCAB_EPSILON = 0.1
+#: The direct battery is designed at ``cases.library_epsilon`` in the default profile (each trial is one call; 1.4 ms
+#: at V = 50,257); ``--quick`` tests this subset at ``runner.QUICK_EPSILON``.
 QUICK_DIRECT = frozenset(
     {
         "direct/far_apart/V8/g1",
@@ -129,7 +127,7 @@ class TransformersAdapter:
             direct = tuple(
                 replace(
                     c,
-                    epsilon=max(c.epsilon, LARGE_VOCAB_EPSILON if c.step().vocab_size >= 10_000 else DIRECT_EPSILON),
+                    epsilon=library_epsilon(c),
                     quick=c.id in QUICK_DIRECT,
                 )
                 for c in DIRECT_CASES

