@@ -34,9 +34,6 @@ from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases
 from specwatch.targets.sglang.dispatch import load_verify_uses_greedy
 from specwatch.targets.vllm import interpreter
 
-#: TV distance of the direct battery on CUDA (one batched call per block of trials); 0.1 at V >= 10,000
-#: (``cases.library_epsilon``).
-DIRECT_EPSILON = LIBRARY_DIRECT_EPSILON
 QUICK = frozenset(
     {
         "direct/far_apart/V8/g1",
@@ -158,7 +155,7 @@ class SglangAdapter:
             engine = dispatch_cases(
                 self.uses_greedy, chain_kernel=self.chain_kernel, tree_kernel=self.tree_kernel, source=self.greedy_source.split(" (")[0]
             )
-        epsilon = INTERPRETER_EPSILON if slow else DIRECT_EPSILON
+        epsilon = INTERPRETER_EPSILON if slow else LIBRARY_DIRECT_EPSILON
         quick = INTERPRETER_QUICK if slow else QUICK
         tuned = tuple(
             dataclasses.replace(c, epsilon=library_epsilon(c, epsilon), quick=c.id in quick or c.family == "edge")

@@ -32,9 +32,6 @@ from specwatch.targets.vllm.bindings import AdapterError, RejectionSampleApi, re
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, RejectionSampleV2Api, rejection_sampler_v2, v2_cases
 from specwatch.targets.vllm.e2e import e2e_cases
 
-#: TV distance of the direct battery through vLLM (one batched call per block of trials: cheap); 0.1 at V >= 10,000
-#: (``cases.library_epsilon``).
-DIRECT_EPSILON = LIBRARY_DIRECT_EPSILON
 QUICK_DIRECT = frozenset(
     {
         "direct/far_apart/V8/g1",
@@ -288,7 +285,7 @@ class VllmAdapter:
                 reason += f" and its model-runner-v2 successor could not be loaded: {self.v2_error or 'not loaded'}"
             direct = tuple(replace(c, make_step=None, skip_reason=reason) for c in battery + EDGE_CASES)
         else:
-            direct = tuple(replace(c, epsilon=library_epsilon(c, DIRECT_EPSILON), quick=c.id in QUICK_DIRECT) for c in battery) + EDGE_CASES
+            direct = tuple(replace(c, epsilon=library_epsilon(c), quick=c.id in QUICK_DIRECT) for c in battery) + EDGE_CASES
         if interpreter.active():
             reason = (
                 "not reachable: a kernels-only install (vLLM's CUDA wheel without its dependencies, its Triton kernels "
@@ -303,7 +300,7 @@ class VllmAdapter:
         is in the quick profile, each case at TV :data:`INTERPRETER_EPSILON` or more."""
         assert self.api_v2 is not None
         slow = interpreter.active()
-        epsilon = INTERPRETER_EPSILON if slow else DIRECT_EPSILON
+        epsilon = INTERPRETER_EPSILON if slow else LIBRARY_DIRECT_EPSILON
         quick = INTERPRETER_QUICK if slow else QUICK_DIRECT | QUICK_BLOCK
         cases = v2_cases(self.api_v2, battery, probe_trials=INTERPRETER_PROBE_TRIALS if slow else None)
         edge = (
