@@ -249,7 +249,7 @@ def test_finding_cpu_expand_kernel_is_seen_end_to_end_by_the_conditional_check_a
     """Last in the module: its big first batch and the engines it discards change the state of the process the
     other cases run in (see the EAGLE tests). The CPU build's uninitialised processing (docs/findings.md) end to
     end: unprocessed, the draft-model run is refuted, a conditional check over the 12-token horizon rejects on its
-    own and so does the acceptance check (acceptance away from Σ min(p, q)); processed, vLLM's top-k indexes out
+    own, and the acceptance check measures vLLM's record of the verification steps; processed, vLLM's top-k indexes out
     of bounds inside ``LLM.generate``: a finding about the library (``failure: raised``)."""
     if not _cpu_build(target):
         pytest.skip("the finding is in the CPU backend's kernel overrides")
@@ -261,14 +261,15 @@ def test_finding_cpu_expand_kernel_is_seen_end_to_end_by_the_conditional_check_a
     plain, checks = _checks(run, "e2e/draft_model/plain")
     assert plain.verdict == Verdict.FAIL, plain.reason
     assert checks["lossless/pit_id"].rejected or checks["lossless/pit_prob"].rejected, {n: c.log_e_value for n, c in checks.items()}
-    # vLLM's own record of each request's verification steps shows the finding as acceptance away from Σ min(p, q),
-    # by an amount and in a direction that depend on the uninitialised memory (accepted drafts per trial against
-    # expected: 0.82, 0.91 and 1.18 against 1.94, 1.92 and 1.88 in lone runs of seeds 3 to 5; 2.33 against 1.85 for
-    # seed 3 inside this module): the acceptance check rejects.
-    assert checks["conformance/acceptance"].rejected
+    # vLLM's own record of each request's verification steps rides along: the acceptance it shows depends on the
+    # uninitialised memory (accepted drafts per trial against expected: 0.82, 0.91 and 1.18 against 1.94, 1.92 and
+    # 1.88 in lone runs of seeds 3 to 5; 2.33 against 1.85 once inside this module; and once in CI close enough to
+    # Σ min(p, q) that the acceptance check did not reject, log E 1.6 over 4,058 steps). So the finding's proof is the
+    # conditional check above; here the acceptance is only required to have been measured from vLLM's record.
+    acceptance = checks["conformance/acceptance"]
+    assert acceptance.observations > 1000, acceptance
     assert plain.acceptance.expected is not None
     assert plain.acceptance.observed is not None
-    assert abs(plain.acceptance.observed - plain.acceptance.expected) > 0.1 * plain.acceptance.expected
     processed, _ = _checks(run, "e2e/draft_model/processed")
     assert (processed.verdict, processed.failure) == (Verdict.FAIL, Failure.RAISED), processed.reason
     assert "out of bounds" in processed.reason
