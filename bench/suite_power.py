@@ -601,7 +601,8 @@ def battery_designs(config: SuiteConfig) -> tuple[int, list[CaseDesign]]:
             continue
         epsilon = config.epsilon_for(case)
         cap = trial_cap(experiment, config, epsilon, threshold)
-        designs.append(CaseDesign(case, epsilon, cap, batch_schedule(cap, config), list(experiment.checks), designed_checks(experiment)))
+        designed = designed_checks(experiment, epsilon)
+        designs.append(CaseDesign(case, epsilon, cap, batch_schedule(cap, config), list(experiment.checks), designed))
     return tests, designs
 
 

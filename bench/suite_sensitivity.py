@@ -75,7 +75,7 @@ def measure(target: Any, case: Any, trials: int, level: float, beta: float, desi
     experiment.run(n, generator)
     harness = (time.process_time() - started) / n
     bare = (_bare_direct(experiment, n) if direct else _bare_generate(experiment, n)) / n
-    checks = designed_checks(experiment)
+    checks = designed_checks(experiment, case.epsilon)  # the checks that size the case at its own design
     reach = max(c.reach for c in checks)
     per_minute = 60.0 / harness
     tv = max(detectable_epsilon(c.support, per_minute * c.reach / SEQUENTIAL_INFLATION, level, beta) for c in checks)

@@ -30,7 +30,8 @@ from specwatch.stats import (
     weighted_chi2_pvalue,
 )
 
-#: Checks of positions reached less often than this run but do not set the trial cap.
+#: Checks of positions reached less often than this (or than the case's TV distance, :func:`design_reach`) run but
+#: do not set the trial cap.
 MIN_DESIGN_REACH = 1e-3
 
 
@@ -118,9 +119,20 @@ class CaseEvidence:
         return self.malformed or self.raised is not None or self.failed(Layer.LOSSLESS)
 
 
-def designed_checks(experiment: Experiment) -> list[CheckSpec]:
-    """The checks that size the run and count for ``powered``: designed, reached with probability >= 1e-3."""
-    return [c for c in experiment.checks if c.designed and c.reach >= MIN_DESIGN_REACH]
+def design_reach(epsilon: float) -> float:
+    """The least reach of a check that sizes a case designed at TV ``epsilon``: ``epsilon`` itself (at least
+    :data:`MIN_DESIGN_REACH`). A sampler that is exact everywhere except at a position reached with probability
+    r < epsilon emits a record within TV r of the exact one, whatever it does there (docs/statistics.md §7, "Reach"):
+    such a position cannot carry a TV-epsilon change of the case on its own, and sizing the run on it would multiply
+    the trials by 1 / r. It is still checked at the run's level for as long as the case runs."""
+    return max(MIN_DESIGN_REACH, epsilon)
+
+
+def designed_checks(experiment: Experiment, epsilon: float) -> list[CheckSpec]:
+    """The checks that size a case designed at TV ``epsilon`` and count for ``powered``: designed, reached with
+    probability at least :func:`design_reach`."""
+    least = design_reach(epsilon)
+    return [c for c in experiment.checks if c.designed and c.reach >= least]
 
 
 def passed_early(experiment: Experiment, state: CaseEvidence) -> bool:
@@ -149,7 +161,7 @@ def case_result(
 ) -> CaseResult:
     """The frozen result of a case from its evidence (``device``: the device's name, as recorded)."""
     alpha_test = 1.0 / threshold  # alpha / m
-    designed = {c.name for c in designed_checks(experiment)}
+    designed = {c.name for c in designed_checks(experiment, epsilon)}
     checks: list[CheckResult] = []
     for check in experiment.checks:
         counts = state.counts[check.name]

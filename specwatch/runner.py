@@ -152,7 +152,7 @@ def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, thres
     if experiment.fixed_trials is not None:
         return experiment.fixed_trials
     wanted = 0.0
-    for check in designed_checks(experiment):
+    for check in designed_checks(experiment, epsilon):
         design = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta)
         wanted = max(wanted, trials_for_observations(design.needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
     # At least one first batch of trials, or what the experiment says is its least (``min_trials``: a few hundred
@@ -169,7 +169,7 @@ def top_up(experiment: Experiment, state: CaseEvidence, config: SuiteConfig, *, 
     Stopping is still decided at batch ends from the data alone, so Ville's inequality keeps every check's level.
     """
     extra = 0
-    for check in designed_checks(experiment):
+    for check in designed_checks(experiment, epsilon):
         seen = int(state.counts[check.name].sum())
         needed = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta).needed
         if seen < needed and seen > 0:
@@ -199,7 +199,7 @@ def run_case(
     monitoring at batch ends keeps Ville's guarantee, so the run's family-wise false-alarm rate is at
     most alpha. The cap gives every check power 1 - beta at the case's TV distance, unless it exceeds
     ``config.max_trials`` (then ``design_epsilon`` says what the trials run can detect). Checks of
-    positions reached with probability below ``MIN_DESIGN_REACH`` still run but do not set the cap.
+    positions reached with probability below ``evidence.design_reach`` (the case's TV distance) still run but do not set the cap.
     """
     started = time.perf_counter()
     validate_laws(experiment)
@@ -212,7 +212,7 @@ def run_case(
     state = CaseEvidence(
         experiment.checks,
         math.log(threshold),
-        pass_checks=frozenset(c.name for c in designed_checks(experiment)) if watched else frozenset(),
+        pass_checks=frozenset(c.name for c in designed_checks(experiment, epsilon)) if watched else frozenset(),
         epsilon=epsilon,
         pass_log_threshold=-math.log(config.early_pass_beta) if watched else None,
     )
