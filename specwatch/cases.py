@@ -65,12 +65,16 @@ class Case:
         return self.make_step()
 
 
+def large_vocabulary(case: Case) -> bool:
+    """Whether ``case`` runs over a vocabulary of ``LARGE_VOCAB`` tokens or more (``V`` in the case id)."""
+    vocab = _VOCAB_IN_ID.search(case.id)
+    return vocab is not None and int(vocab.group(1)) >= LARGE_VOCAB
+
+
 def library_epsilon(case: Case, floor: float = LIBRARY_DIRECT_EPSILON) -> float:
     """The TV distance a library target designs direct case ``case`` at: ``floor`` (at least the case's own), and
     at least ``LARGE_VOCAB_EPSILON`` over a vocabulary of ``LARGE_VOCAB`` tokens or more (``V`` in the case id)."""
-    vocab = _VOCAB_IN_ID.search(case.id)
-    large = vocab is not None and int(vocab.group(1)) >= LARGE_VOCAB
-    return max(case.epsilon, floor, LARGE_VOCAB_EPSILON if large else 0.0)
+    return max(case.epsilon, floor, LARGE_VOCAB_EPSILON if large_vocabulary(case) else 0.0)
 
 
 def _rng(name: str) -> np.random.Generator:

@@ -12,7 +12,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 
 import torch
 
-from specwatch.cases import Case
+from specwatch.cases import Case, large_vocabulary
 from specwatch.protocol import CaseResult
 from specwatch.runner import SuiteConfig, error_result, run_case
 from specwatch.targets import Target, resolve
@@ -38,14 +38,18 @@ def _run_one(case_id: str, index: int, total: int, config: SuiteConfig, tests: i
 
 
 def longest_first(items: Sequence[tuple[int, Case]]) -> list[tuple[int, Case]]:
-    """Cases in the order to start them: end-to-end sampling cases (hundreds of ``generate()`` calls, the longest),
-    then the greedy ones (64 prompts), then the direct and edge cases (seconds each), catalogue order within each
-    group, so that the processes run out of work together instead of one waiting on a long case started last."""
+    """Cases in the order to start them: those over a large vocabulary (a direct case of 50,257 tokens runs 130,000
+    trials or more that cannot pass early, 200-330 s, the longest of a run), then the end-to-end sampling cases
+    (thousands of ``generate()`` calls, 30-140 s), then the greedy ones (64 prompts), then the other direct and edge
+    cases (seconds to half a minute), catalogue order within each group, so that the processes run out of work
+    together instead of one waiting on a long case started last."""
 
     def group(case: Case) -> int:
+        if large_vocabulary(case):
+            return 0
         if case.family != "e2e":
-            return 2
-        return 1 if case.id.startswith("e2e/greedy/") else 0
+            return 3
+        return 2 if case.id.startswith("e2e/greedy/") else 1
 
     return sorted(items, key=lambda item: group(item[1]))
 
