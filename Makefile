@@ -28,7 +28,7 @@ check: install
 test: test-deps install lint
 	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp"
 
-# The slow tier (about 8 minutes on 2 cores): the statistical end-to-end runs against the real transformers
+# The slow tier (103 tests, 10 to 12 minutes on 2 idle cores): the statistical end-to-end runs against the real transformers
 # code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
 # subprocesses, release installs and the sandbox probes.
 test-slow: test-deps install
