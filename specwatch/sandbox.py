@@ -279,10 +279,31 @@ def may_be_kernels_only(requirement: str) -> bool:
     return found is not None and (int(found[2]), int(found[3])) >= KERNELS_ONLY_SINCE[found[1]]
 
 
+#: Libraries whose releases are built rather than installed with pip into ``pip/<release>``: the top folder of the
+#: cache their builds live in, one folder per version under it (llama-cpp-python: ``llamacpp/<version>``, the
+#: vendored llama.cpp compiled once per version by :mod:`specwatch.targets.llamacpp.build`).
+BUILT_RELEASES = {"llama-cpp-python": "llamacpp"}
+
+
+def built_release(requirement: str) -> tuple[str, str] | None:
+    """``(top folder, version)`` of ``requirement`` where it names an exact release of a library of
+    :data:`BUILT_RELEASES` (any spelling of its name), else None."""
+    found = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
+    if found is None:
+        return None
+    top = BUILT_RELEASES.get(re.sub(r"[-_.]+", "-", found[1]).lower())
+    return None if top is None else (top, found[2])
+
+
 def release_entries(cache: Path, requirement: str) -> list[Path]:
     """The release cache entries an install of ``requirement`` may write under ``cache`` (``SPECWATCH_CACHE_DIR``):
-    its folder, and its kernels-only folder where it may be one. During that install they are the only writable
-    part of the cache: the entries of other releases are bound read-only."""
+    its folder, and its kernels-only folder where it may be one; for a built library (:data:`BUILT_RELEASES`),
+    its build folder. During that install they are the only writable part of the cache: the entries of other
+    releases are bound read-only."""
+    built = built_release(requirement)
+    if built is not None:
+        top, version = built
+        return [cache / top / version]
     names = [release_folder_name(requirement)]
     if may_be_kernels_only(requirement):
         names.append(release_folder_name(requirement, kernels_only=True))

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from specwatch.protocol import ExitStatus
-from specwatch.sandbox import KERNELS_ONLY_SINCE, may_be_kernels_only, release_folder_name
+from specwatch.sandbox import KERNELS_ONLY_SINCE, built_release, may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
 from specwatch.targets.llamacpp.build import build_release, is_llamacpp
 from specwatch.targets.llamacpp.checkout import build_checkout, is_llamacpp_checkout
@@ -152,6 +152,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch") / "pip"
 
 
+def install_folder(requirement: str) -> Path:
+    """The cache folder :func:`pip_install` writes for ``requirement``: ``pip/<release>`` (its kernels-only folder
+    where it is installed so), or a built library's own folder (``llamacpp/<version>``). It lies inside one of the
+    entries a sandboxed install may write (:func:`specwatch.sandbox.release_entries`)."""
+    built = built_release(requirement)
+    if built is not None:
+        top, version = built
+        return cache_root().parent / top / version
+    return cache_root() / release_folder_name(requirement, kernels_only=kernels_only(requirement))
+
+
 def pip_install(requirement: str, *, log: bool = True) -> Path:
     """Install ``requirement`` (e.g. ``transformers==4.46.3``) and its dependencies into a cached folder.
 
@@ -165,7 +176,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         # A source distribution: llama.cpp is compiled once per version, the library and its tools (.llamacpp.build).
         return build_release(requirement, cache_root().parent, log=log)
     kernels = kernels_only(requirement)
-    target = cache_root() / release_folder_name(requirement, kernels_only=kernels)
+    target = install_folder(requirement)
     done = target / ".specwatch-complete"
     if done.exists():
         return target

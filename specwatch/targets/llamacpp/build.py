@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specwatch.sandbox import BUILT_RELEASES
 from specwatch.targets import TargetError
 
 DISTRIBUTION = "llama-cpp-python"
@@ -58,7 +59,8 @@ def is_llamacpp(requirement: str) -> bool:
 
 
 def release_root(version: str, cache: Path) -> Path:
-    return cache / "llamacpp" / version
+    """The release's folder in the cache: the one entry its sandboxed build may write (:func:`release_entries`)."""
+    return cache / BUILT_RELEASES[DISTRIBUTION] / version
 
 
 def release_built(requirement: str, cache: Path) -> bool:
