@@ -308,3 +308,25 @@ def release_entries(cache: Path, requirement: str) -> list[Path]:
     if may_be_kernels_only(requirement):
         names.append(release_folder_name(requirement, kernels_only=True))
     return [cache / "pip" / name for name in names]
+
+
+#: Files whose presence says a source checkout declares a Python project, whose requirements the worker resolves and
+#: installs before testing it (:mod:`specwatch.targets.dependencies`).
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def declares_project(checkout: Path) -> bool:
+    """Whether ``checkout`` declares a Python project (one of :data:`PROJECT_FILES` at its top)."""
+    return any((checkout / name).is_file() for name in PROJECT_FILES)
+
+
+#: The marker of a complete dependency environment (its folder holds the set it was installed from).
+ENVIRONMENT_COMPLETE = ".specwatch-complete"
+
+
+def environment_folder(cache: Path, key: str) -> Path:
+    """Where the dependency set of ``key`` is installed under the release cache ``cache``: the one cache entry its
+    install step may write. ``key`` is the 16 hex digits :func:`specwatch.targets.dependencies.environment_key` makes."""
+    if not re.fullmatch(r"[0-9a-f]{16}", key):
+        raise ValueError(f"not a dependency set's key: {key!r}")
+    return cache / "envs" / key

@@ -51,7 +51,7 @@ from service.releases import pip_requirement, release_version
 from service.settings import get_settings
 from service.targets import RepoPolicy
 from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
-from specwatch.sandbox import Sandbox, resolve_sandbox
+from specwatch.sandbox import Sandbox, declares_project, resolve_sandbox
 from workers.checkout import CheckoutError, MirrorCache
 from workers.limits import RunLimits
 from workers.profiles import Profile, UnknownProfileError, get_profile
@@ -228,7 +228,15 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
         try:
             with mirrors.worktree(claim.repo_url, claim.sha, scratch / "checkout") as checkout:
                 heartbeat.check()
-                command = _suite_command(claim, profile, settings, python_path=(source_dir(checkout), SPECWATCH_ROOT))
+                declared = settings.source_dependencies and declares_project(checkout)
+                command = _suite_command(
+                    claim,
+                    profile,
+                    settings,
+                    python_path=(source_dir(checkout), SPECWATCH_ROOT),
+                    env=(("SPECWATCH_CACHE_DIR", str(settings.release_cache_dir)),) if declared else (),
+                    dependencies_of=checkout if declared else None,
+                )
                 outcome = _run_suite(claim, command, scratch, settings, heartbeat)
                 return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
         except CheckoutError as exc:
@@ -268,6 +276,7 @@ def _suite_command(
     python_path: tuple[Path, ...],
     pip: str | None = None,
     env: tuple[tuple[str, str], ...] = (),
+    dependencies_of: Path | None = None,
 ) -> SuiteCommand:
     device = settings.device if settings.device != "auto" else probe_device(settings.suite_python)
     memory = settings.memory_limit_mb * 1024 * 1024 if settings.memory_limit_mb and device.startswith("cpu") else None
@@ -286,6 +295,7 @@ def _suite_command(
         passthrough=tuple(settings.env_passthrough),
         pip=pip,
         env=env,
+        dependencies_of=dependencies_of,
         sandbox=sandbox,
         limits=RunLimits(max_processes=settings.sandbox_max_processes, memory_total_bytes=total),
     )

@@ -36,7 +36,7 @@ from typing import Any
 import specwatch
 from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
-from specwatch.sandbox import Sandbox, release_entries, suite_environment, with_limits
+from specwatch.sandbox import ENVIRONMENT_COMPLETE, Sandbox, environment_folder, release_entries, suite_environment, with_limits
 from workers.cgroups import RunCgroup, make_run_cgroup
 from workers.limits import RunLimits, over_limit
 
@@ -124,6 +124,10 @@ class SuiteCommand:
     # Variables set for the suite besides its clean environment: the suite's own knobs (SPECWATCH_CACHE_DIR
     # of pip-mode runs), never a service secret.
     env: tuple[tuple[str, str], ...] = ()
+    # A source checkout whose declared dependencies are resolved and installed (once per resolved set, in the
+    # cache: specwatch.targets.dependencies) before the test; the environment goes on PYTHONPATH after the
+    # checkout's code. None: the suite's interpreter's own packages.
+    dependencies_of: Path | None = None
     # How the suite is isolated from the worker; None: not at all (the suite's own tests, device probes).
     sandbox: Sandbox | None = field(default=None, compare=False)
     # The run's limits in all: processes and threads, memory of all its processes (workers.limits).
@@ -254,21 +258,31 @@ def run_suite_process(
         )
         code: int | None = 0
         timed_out = aborted = False
-        if command.pip and sandbox.mode != "off" and cache is not None:
-            # Only this release's cache entry is writable: the entries of other releases are bound read-only.
-            entries = release_entries(cache, command.pip)
+
+        def installing(argv: list[str], entries: list[Path]) -> tuple[int | None, bool, bool]:
+            """An install step: in bubblewrap the package index only (through the proxy, specwatch.index_proxy) and
+            only ``entries`` of the cache writable (the other entries read-only); else as it is."""
+            assert cache is not None
             for entry in entries:
                 entry.mkdir(parents=True, exist_ok=True)
                 if sandbox.switches_uid:
                     os.chown(entry, sandbox.uid, sandbox.gid)
-            if sandbox.mode == "bwrap":  # the package index only, through the proxy (specwatch.index_proxy)
-                index = scratch / "index.sock"
-                install_argv = confined(forwarded(command.install_argv(), command.python, index))
-                install = sandbox.argv(install_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
-                with serving(index, index_hosts(env, command.python)):
-                    code, timed_out, aborted = step.run(install, deadline, should_abort)
-            else:
-                code, timed_out, aborted = step.run(command.install_argv(), deadline, should_abort)
+            if sandbox.mode != "bwrap":
+                return step.run(argv, deadline, should_abort)
+            index = scratch / "index.sock"
+            confined_argv = confined(forwarded(argv, command.python, index))
+            wrapped = sandbox.argv(confined_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
+            with serving(index, index_hosts(env, command.python)):
+                return step.run(wrapped, deadline, should_abort)
+
+        if command.pip and sandbox.mode != "off" and cache is not None:
+            # Only this release's cache entry is writable: the entries of other releases are bound read-only.
+            code, timed_out, aborted = installing(command.install_argv(), release_entries(cache, command.pip))
+        if command.dependencies_of is not None and cache is not None:
+            code, timed_out, aborted, environment = _dependencies(command, command.dependencies_of, cache, scratch, installing)
+            if environment is not None:  # after the checkout's code, before the suite's interpreter's packages
+                source, *rest = command.python_path
+                step.env = suite_environment((source, environment, *rest), home, command.passthrough, os.environ) | dict(command.env)
         if code == 0 and not (timed_out or aborted):
             read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
             argv = sandbox.argv(confined(command.argv(result_path)), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
@@ -285,6 +299,32 @@ def run_suite_process(
         duration_s=time.monotonic() - started,
         limit=step.limit,
     )
+
+
+def _dependencies(
+    command: SuiteCommand,
+    checkout: Path,
+    cache: Path,
+    scratch: Path,
+    installing: Callable[[list[str], list[Path]], tuple[int | None, bool, bool]],
+) -> tuple[int | None, bool, bool, Path | None]:
+    """Resolve the checkout's declared dependencies (a step writing only ``scratch``), then install the resolved set
+    into its environment in the cache unless it is there (a step writing only that entry); the steps' outcome and the
+    environment (None unless both succeeded)."""
+    resolved = scratch / "dependencies.json"
+    module = [command.python, "-m", "specwatch.targets.dependencies"]
+    cache.mkdir(parents=True, exist_ok=True)
+    code, timed_out, aborted = installing([*module, "resolve", str(checkout), str(resolved)], [])
+    if code != 0 or timed_out or aborted:
+        return code, timed_out, aborted, None
+    try:
+        environment = environment_folder(cache, str(json.loads(resolved.read_text())["key"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("dependencies_unreadable run_scratch=%s error=%s", scratch, exc)
+        return ExitStatus.USAGE, False, False, None
+    if not (environment / ENVIRONMENT_COMPLETE).is_file():
+        code, timed_out, aborted = installing([*module, "install", str(resolved)], [environment])
+    return code, timed_out, aborted, environment if code == 0 and not (timed_out or aborted) else None
 
 
 @dataclass

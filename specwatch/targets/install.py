@@ -357,6 +357,21 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+#: What every installed folder shares with the interpreter (its torch, numpy and scipy stay in force) and torch's
+#: companion builds it never holds: the release installs' and the dependency environments' (:mod:`.dependencies`).
+SHARED, COMPANIONS = _SHARED, _COMPANIONS
+
+
+def shared_pins() -> dict[str, str]:
+    """The interpreter's versions of :data:`SHARED` (a constraints file pins an install to them)."""
+    return {name: version for name in _SHARED if (version := _installed_version(name))}
+
+
+def keep_interpreter_builds(target: Path) -> None:
+    """Remove an installed folder's copies of :data:`SHARED` and :data:`COMPANIONS`, and pip's log."""
+    _keep_interpreter_builds(target)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Install the release ``argv[0]`` names: exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
     args = sys.argv[1:] if argv is None else argv
