@@ -68,7 +68,8 @@ if not ran:
 failed = [r for r in results if r.get("verdict") in ("fail", "error")]
 known = [r for r in failed if r.get("known_finding")]
 environment = run.get("environment", {})
-version = f"{environment.get('library_distribution', requirement)} {environment.get('library_version', '?')}"
+name = environment.get("library_distribution") or requirement.split("==")[0]
+version = f"{name} {environment.get('library_version', '?')}"
 built = environment.get("library_build_seconds")
 state = "FAIL" if problems else "ok"
 detail = f"{len(ran)} case(s) ran, {len(failed)} failed ({len(known)} known); tested {version}"
