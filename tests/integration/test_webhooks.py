@@ -314,6 +314,32 @@ def test_a_push_payload_without_its_fields_is_400(hook: Hook) -> None:
     assert hook.nothing_stored()
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"ref": "refs/heads/\x00x"}, id="nul-in-ref"),
+        pytest.param({"ref": "refs/heads/ma\x00in"}, id="nul-inside-a-watched-name"),
+        pytest.param({"ref": "refs/heads/\ud800x"}, id="lone-surrogate-in-ref"),
+        pytest.param({"ref": "refs/heads/a\x01b"}, id="control-character-in-ref"),
+        pytest.param({"ref": "refs/heads/a..b"}, id="two-dots-in-ref"),
+        pytest.param({"after": "b" * 39 + "\x00"}, id="nul-in-after"),
+    ],
+)
+def test_refs_and_commit_ids_are_checked_as_git_would_and_nul_is_400(hook: Hook, fields: dict[str, str]) -> None:
+    """A ref or commit id that git never allows is refused as sent (the body holds ``\\u0000``, as JSON escapes
+    it), not repaired into another, valid-looking name and accepted (issue 42)."""
+    hook.add_target()
+    payload = push(commits=[commit(sha(), "change")]) | fields
+    body = json.dumps(payload).encode()
+    assert b"\\u0000" in body or b"\\ud800" in body or b"\\u0001" in body or b".." in body
+
+    answer = hook.post(None, body=body)
+
+    assert answer.status_code == 400, answer.text
+    assert next(iter(fields)) in answer.json()["detail"]
+    assert hook.nothing_stored()
+
+
 def test_missing_github_headers_are_400(hook: Hook) -> None:
     answer = hook.post(ping(), headers={"X-GitHub-Delivery": ""})
     assert answer.status_code == 400
