@@ -213,20 +213,34 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
 
 def exception_record(attempt: int, exc: BaseException) -> dict[str, Any]:
     """What a run keeps of an exception its worker raised: the attempt, the type, the message (cut), and where:
-    the innermost frame, as a path inside the installed code (or a file name) with its line and function."""
+    the innermost frame of specwatch's own code, then the innermost of all when that is elsewhere (the standard
+    library, a dependency: its file name only), each with its line and function."""
     frames = traceback.extract_tb(exc.__traceback__)
-    where = "unknown"
-    if frames:
-        frame = frames[-1]
-        path = Path(frame.filename)
-        shown = path.relative_to(SPECWATCH_ROOT).as_posix() if path.is_relative_to(SPECWATCH_ROOT) else path.name
-        where = f"{shown}:{frame.lineno} in {frame.name}"
+    ours = [frame for frame in frames if _own_path(frame) is not None]
+    where = " via ".join(dict.fromkeys(_frame_text(frame) for frame in (ours[-1:] + frames[-1:]))) or "unknown"
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     return {"attempt": attempt, "type": name, "message": str(exc)[:_EXCEPTION_MESSAGE_CHARS], "where": where}
 
 
 _EXCEPTION_MESSAGE_CHARS = 1000
+
+
+def _own_path(frame: traceback.FrameSummary) -> str | None:
+    """The frame's path inside specwatch's own packages (``workers/execution.py``), or None."""
+    path = Path(frame.filename)
+    if not path.is_relative_to(SPECWATCH_ROOT):
+        return None
+    relative = path.relative_to(SPECWATCH_ROOT)
+    return relative.as_posix() if relative.parts[0] in _OWN_PACKAGES else None
+
+
+_OWN_PACKAGES = frozenset({"specwatch", "service", "workers"})
+
+
+def _frame_text(frame: traceback.FrameSummary) -> str:
+    """``path:line in function``: the path inside specwatch's own packages, else the file name only."""
+    return f"{_own_path(frame) or Path(frame.filename).name}:{frame.lineno} in {frame.name}"
 
 
 def _crashed(factory: sessionmaker[Session], claim: RunSpec, exc: Exception) -> AttemptResult:
