@@ -20,6 +20,7 @@ from service.app import create_app
 from service.auth import hash_token
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, Notification, Run, RunStatus
+from service.queries.operations import run_durations
 from service.settings import Settings
 from tests.support.toy_target import ADAPTER, CORRECT, ToyRepo
 from tests.support.workers import REDIS_URL, WEBHOOK_SECRET, add_runs, clear_caches
@@ -27,7 +28,7 @@ from tests.support.workers import REDIS_URL, WEBHOOK_SECRET, add_runs, clear_cac
 # The module, not its tasks (see test_tasks.py).
 from workers import tasks
 from workers.analysis.configuration import PERSISTING_RUNS
-from workers.runs import claim_run, record_crash, sweep
+from workers.runs import RunOutcome, claim_run, record_crash, record_outcome, renew_lease, sweep
 
 pytestmark = pytest.mark.usefixtures("worker_env")
 
@@ -180,3 +181,31 @@ def test_a_commit_the_repository_lacks_is_an_error_on_its_run_and_a_target_alert
     (alert,) = alerts(factory)
     assert alert.state is AlertState.resolved
     assert not [a for a in alerts(factory) if a.kind is AlertKind.broken]
+
+
+def test_run_durations_count_every_attempt(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """Attempt 1 raised after 50 s, attempt 2's worker vanished 50 s after its claim (its last heartbeat), attempt
+    3 passed in 30 s: the run took 130 s of work, not the last attempt's 30 s (issue 42, item 9)."""
+    (run_id,) = add_runs(factory, toy_repo.url, [toy_repo.commit(CORRECT, "good")], adapter=ADAPTER, max_attempts=3)
+    t0 = datetime.now(UTC) - timedelta(hours=1)
+    raised = {"attempt": 1, "type": "OSError", "message": "disk full", "where": "workers/execution.py:1 in _attempt"}
+    with session_scope(factory) as session:
+        claim_run(session, run_id, worker="host:1", now=t0, lease_s=30)
+    with session_scope(factory) as session:
+        record_crash(session, run_id, 1, raised, now=t0 + timedelta(seconds=50))
+    with session_scope(factory) as session:
+        claim_run(session, run_id, worker="host:2", now=t0 + timedelta(seconds=100), lease_s=30)
+    with session_scope(factory) as session:
+        assert renew_lease(session, run_id, 2, now=t0 + timedelta(seconds=150), lease_s=30)
+    with session_scope(factory) as session:
+        assert sweep(session, now=t0 + timedelta(seconds=190), queued_lease_s=900).requeued == [run_id]
+    with session_scope(factory) as session:
+        claim_run(session, run_id, worker="host:3", now=t0 + timedelta(seconds=300), lease_s=30)
+    with session_scope(factory) as session:
+        assert record_outcome(session, run_id, 3, RunOutcome(RunStatus.passed), now=t0 + timedelta(seconds=330))
+
+    with factory() as session:
+        passed = run_durations(session)["passed"]
+
+    assert passed.count == 1
+    assert passed.total == pytest.approx(130)
