@@ -44,14 +44,14 @@ from service.settings import Settings
 from service.targets import RepoPolicy, add_target, make_spec
 from service.webhooks import Outcome, RunOptions, ingest, signature
 from tests.support.private_servers import wait_for
-from tests.support.workers import REDIS_SERVER
+from tests.support.redis_databases import redis_url
 
 pytestmark = pytest.mark.integration
 
 SECRET = "webhook-test-secret"
 REPO = "https://github.com/octo-org/toy-sampler"
 ZERO = "0" * 40
-REDIS_URL = f"{REDIS_SERVER}/14"
+REDIS_URL = redis_url("webhooks")  # this test process's own database (tests/support/redis_databases.py)
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
 
 
