@@ -20,8 +20,9 @@ import threading
 import redis
 
 SERVER = os.environ.get("SPECWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-#: What a test process uses a database for: worker tests, webhook tests, the control plane's route tests.
-PURPOSES = ("workers", "webhooks", "routes")
+#: What a test process uses a database for: worker tests, webhook tests, the control plane's route tests, and a
+#: second instance beside the worker tests' (two instances on one machine).
+PURPOSES = ("workers", "webhooks", "routes", "second-instance")
 CLAIM_TTL_S = 120
 _PREFIX = "specwatch-test:claim:"
 # Renew (or release) a claim only while it is still this process's.

@@ -53,6 +53,7 @@ def _machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, Pat
     tmp.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
     return home, tmp
 
 
