@@ -192,6 +192,7 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         return AttemptResult(run_id, AttemptStatus.skipped, claim.reason)
     log.info("run_claimed run_id=%s attempt=%s sha=%s profile=%s worker=%s", run_id, claim.attempt, claim.sha, claim.profile, worker)
     heartbeat = Heartbeat(factory, run_id, claim.attempt, lease_s=settings.lease_s, interval_s=settings.heartbeat_s)
+    crash: Exception | None = None
     with heartbeat:
         try:
             outcome = _attempt(claim, settings, folders, heartbeat)
@@ -200,7 +201,9 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
             return AttemptResult(run_id, AttemptStatus.lease_lost, str(exc))
         except Exception as exc:  # any crash of the worker's own code is recorded on the run, never lost
             log.exception("run_crashed run_id=%s attempt=%s error=%s", run_id, claim.attempt, type(exc).__name__)
-            return _crashed(factory, claim, exc)
+            crash = exc
+    if crash is not None:  # recorded once the heartbeat stopped
+        return _crashed(factory, claim, crash)
     if outcome.status is RunStatus.uninstallable:
         return _install_failed(factory, claim, outcome, settings)
     with session_scope(factory) as session:
