@@ -123,6 +123,9 @@ def git(*args: str, cwd: Path | None = None, timeout: float = 600, policy: RepoP
         )
     except subprocess.TimeoutExpired as exc:
         raise CheckoutError(f"{what} took longer than {timeout:g} s", transient=True) from exc
+    except OSError as exc:  # git missing, or ``cwd`` gone: no path of the worker's in the message
+        log.info("git_not_started command=%s error=%s", loggable(what), exc)
+        raise CheckoutError(f"{what} could not start: {exc.strerror or type(exc).__name__}") from exc
     if done.returncode != 0:
         stderr = done.stderr.strip()[-_STDERR_TAIL:]
         log.info("git_failed command=%s exit=%s stderr=%s", loggable(what), done.returncode, loggable(stderr, 1000))
@@ -325,8 +328,12 @@ class MirrorCache:
             self.remove_worktree(repo_url, dest)
 
     def remove_worktree(self, repo_url: str, dest: Path) -> None:
-        """Remove ``dest`` and forget it in the mirror; never raises (a leftover is pruned next time)."""
+        """Remove ``dest`` and forget it in the mirror; never raises (a leftover is pruned next time). Without a
+        mirror (none cloned yet, or removed) there is nothing to forget: only ``dest`` is removed, if it exists."""
         mirror = self.mirror_path(repo_url)
+        if not (mirror / "HEAD").exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            return
         with self._locked(mirror):
             try:
                 git("worktree", "remove", "--force", str(dest), cwd=mirror)

@@ -19,9 +19,16 @@ Outcomes: the suite's verdict ``pass``/``fail`` (cross-checked with its exit sta
 dependencies, the index unreachable) or a checkout that could not be fetched (the remote unreachable) is
 ``uninstallable``: nothing was tested, the attempt is retried after a backoff
 (:func:`workers.runs.record_install_failure`) and the run ends ``uninstallable`` only when the failure persists.
-Anything else is ``error`` (broken) and never a violation: a commit the suite cannot import or run (exit 2), a
-crash (another exit status or a signal, e.g. the memory limit), a wall-clock timeout, a checkout failure
-(unknown commit) or an unknown profile. The end of the suite's stderr is kept as the log tail.
+Anything else is ``error`` and never a violation. Only the code under test makes it a broken commit: a commit the
+suite cannot import or run (exit 2), a crash of the suite (another exit status or a signal, e.g. the memory limit),
+a wall-clock timeout. What is not the commit's code is an ``infrastructure_error`` on the run, never a broken
+commit: a checkout failure (the commit missing from the repository, git failing in the mirror), an unknown
+profile, a sandbox this machine cannot give, a result file this worker cannot read, and an exception of the
+worker itself, recorded on the run at once (type, message, where: :func:`exception_record`) while the run is
+queued again. The end of the suite's stderr is kept as the log tail.
+
+A worker's folders are its instance's (:func:`instance_folders`): run ids start at 1 in every database, so the
+scratch of ``run-1-attempt-1`` of one instance is never another's.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import shutil
 import signal
 import socket
 import threading
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +54,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
+from service.instance import instance_key
 from service.models import InstallMode, RunStatus
 from service.releases import pip_requirement, release_version
 from service.settings import get_settings
@@ -55,9 +64,19 @@ from specwatch.sandbox import Sandbox, declares_project, resolve_sandbox
 from workers.checkout import CheckoutError, MirrorCache
 from workers.limits import RunLimits
 from workers.profiles import Profile, UnknownProfileError, get_profile
-from workers.runs import RunOutcome, RunSpec, Skipped, claim_run, record_install_failure, record_outcome, renew_lease
+from workers.runs import (
+    RunOutcome,
+    RunSpec,
+    Skipped,
+    claim_run,
+    describe_exception,
+    record_crash,
+    record_install_failure,
+    record_outcome,
+    renew_lease,
+)
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
-from workers.settings import WorkerSettings
+from workers.settings import InstanceFolders, WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +159,8 @@ class AttemptStatus(enum.StrEnum):
     skipped = "skipped"
     #: Another attempt holds the run now (this one's lease expired): its result was not stored.
     lease_lost = "lease-lost"
+    #: The worker raised: the exception is recorded on the run, which is queued again (the sweeper sends it).
+    crashed = "crashed"
 
     @property
     def finished(self) -> bool:
@@ -163,6 +184,7 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
     causes is recorded on the run.
     """
     worker = worker_identity()
+    folders = instance_folders(factory, settings)
     with session_scope(factory) as session:
         claim = claim_run(session, run_id, worker=worker, now=utcnow(), lease_s=settings.lease_s)
     if isinstance(claim, Skipped):
@@ -170,12 +192,18 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         return AttemptResult(run_id, AttemptStatus.skipped, claim.reason)
     log.info("run_claimed run_id=%s attempt=%s sha=%s profile=%s worker=%s", run_id, claim.attempt, claim.sha, claim.profile, worker)
     heartbeat = Heartbeat(factory, run_id, claim.attempt, lease_s=settings.lease_s, interval_s=settings.heartbeat_s)
+    crash: Exception | None = None
     with heartbeat:
         try:
-            outcome = _attempt(claim, settings, heartbeat)
+            outcome = _attempt(claim, settings, folders, heartbeat)
         except LeaseLostError as exc:
             log.warning("run_abandoned run_id=%s attempt=%s reason=%s", run_id, claim.attempt, exc)
             return AttemptResult(run_id, AttemptStatus.lease_lost, str(exc))
+        except Exception as exc:  # any crash of the worker's own code is recorded on the run, never lost
+            log.exception("run_crashed run_id=%s attempt=%s error=%s", run_id, claim.attempt, type(exc).__name__)
+            crash = exc
+    if crash is not None:  # recorded once the heartbeat stopped
+        return _crashed(factory, claim, crash)
     if outcome.status is RunStatus.uninstallable:
         return _install_failed(factory, claim, outcome, settings)
     with session_scope(factory) as session:
@@ -184,6 +212,51 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         return AttemptResult(run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
     return AttemptResult(run_id, AttemptStatus(outcome.status.value), outcome.error)
+
+
+def exception_record(attempt: int, exc: BaseException) -> dict[str, Any]:
+    """What a run keeps of an exception its worker raised: the attempt, the type, the message (cut), and where:
+    the innermost frame of specwatch's own code, then the innermost of all when that is elsewhere (the standard
+    library, a dependency: its file name only), each with its line and function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [frame for frame in frames if _own_path(frame) is not None]
+    where = " via ".join(dict.fromkeys(_frame_text(frame) for frame in (ours[-1:] + frames[-1:]))) or "unknown"
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return {"attempt": attempt, "type": name, "message": str(exc)[:_EXCEPTION_MESSAGE_CHARS], "where": where}
+
+
+_EXCEPTION_MESSAGE_CHARS = 1000
+
+
+def _own_path(frame: traceback.FrameSummary) -> str | None:
+    """The frame's path inside specwatch's own packages (``workers/execution.py``), or None."""
+    path = Path(frame.filename)
+    if not path.is_relative_to(SPECWATCH_ROOT):
+        return None
+    relative = path.relative_to(SPECWATCH_ROOT)
+    return relative.as_posix() if relative.parts[0] in _OWN_PACKAGES else None
+
+
+_OWN_PACKAGES = frozenset({"specwatch", "service", "workers"})
+
+
+def _frame_text(frame: traceback.FrameSummary) -> str:
+    """``path:line in function``: the path inside specwatch's own packages, else the file name only."""
+    return f"{_own_path(frame) or Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+
+
+def _crashed(factory: sessionmaker[Session], claim: RunSpec, exc: Exception) -> AttemptResult:
+    """The attempt raised: the exception is on the run now; the run is queued again, or finished when spent."""
+    raised = exception_record(claim.attempt, exc)
+    with session_scope(factory) as session:
+        status = record_crash(session, claim.run_id, claim.attempt, raised, now=utcnow())
+    if status is None:
+        return AttemptResult(claim.run_id, AttemptStatus.lease_lost, "another attempt holds the run")
+    reason = f"attempt {claim.attempt} raised {describe_exception(raised)}"
+    if status is RunStatus.error:
+        return AttemptResult(claim.run_id, AttemptStatus.error, reason)
+    return AttemptResult(claim.run_id, AttemptStatus.crashed, reason)
 
 
 def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: RunOutcome, settings: WorkerSettings) -> AttemptResult:
@@ -208,19 +281,19 @@ def _install_failed(factory: sessionmaker[Session], claim: RunSpec, outcome: Run
     return AttemptResult(claim.run_id, AttemptStatus.retrying, outcome.error, retry_in_s=failure.retry_in_s)
 
 
-def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> RunOutcome:
+def _attempt(claim: RunSpec, settings: WorkerSettings, folders: InstanceFolders, heartbeat: Heartbeat) -> RunOutcome:
     try:
         profile = get_profile(claim.profile)
     except UnknownProfileError as exc:
-        return RunOutcome(RunStatus.error, error=str(exc))
+        return RunOutcome(RunStatus.error, error=str(exc), infrastructure_error=True)
     try:
         sandbox_of(settings)
     except RuntimeError as exc:  # SPECWATCH_WORKER_SANDBOX asks for an isolation this machine cannot give
-        return RunOutcome(RunStatus.error, error=f"the worker cannot isolate the suite: {exc}")
-    mirrors = MirrorCache(settings.mirror_dir, git_timeout_s=settings.git_timeout_s, policy=RepoPolicy.from_settings(get_settings()))
-    scratch = settings.scratch_dir / f"run-{claim.run_id}-attempt-{claim.attempt}"
+        return RunOutcome(RunStatus.error, error=f"the worker cannot isolate the suite: {exc}", infrastructure_error=True)
+    mirrors = MirrorCache(folders.mirrors, git_timeout_s=settings.git_timeout_s, policy=RepoPolicy.from_settings(get_settings()))
+    scratch = folders.scratch / f"run-{claim.run_id}-attempt-{claim.attempt}"
     worktrees = mirrors if claim.install_mode is InstallMode.source else None
-    _remove_earlier_attempts(settings.scratch_dir, claim.run_id, worktrees, claim.repo_url)
+    _remove_earlier_attempts(folders.scratch, claim.run_id, worktrees, claim.repo_url)
     scratch.mkdir(parents=True)
     try:
         if claim.install_mode is InstallMode.pip:
@@ -244,7 +317,10 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, heartbeat: Heartbeat) -> 
             if exc.transient:  # the remote could not be reached: this commit's source could not be installed
                 error = f"could not install: {claim.sha[:12]} (checkout failed: {exc})"
                 return RunOutcome(RunStatus.uninstallable, error=error, configuration_error=configuration)
-            return RunOutcome(RunStatus.error, error=f"checkout failed: {exc}", configuration_error=configuration)
+            # The commit missing from the repository, or git failing in the mirror: not the code under test.
+            return RunOutcome(
+                RunStatus.error, error=f"checkout failed: {exc}", configuration_error=configuration, infrastructure_error=True
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -255,7 +331,7 @@ def _attempt_release(claim: RunSpec, profile: Profile, settings: WorkerSettings,
     version = release_version(claim.sha)
     if version is None:
         error = f"target {claim.target_name} installs releases (pip) but commit {claim.sha} is not a release (release:VERSION)"
-        return RunOutcome(RunStatus.error, error=error)
+        return RunOutcome(RunStatus.error, error=error, infrastructure_error=True)
     command = _suite_command(
         claim,
         profile,
@@ -328,9 +404,19 @@ def _run_suite(claim: RunSpec, command: SuiteCommand, scratch: Path, settings: W
     return outcome
 
 
+def instance_folders(factory: sessionmaker[Session], settings: WorkerSettings) -> InstanceFolders:
+    """The worker's mirror and scratch folders for the instance whose database ``factory`` opens (the settings',
+    else the instance's own: :meth:`WorkerSettings.folders`)."""
+    if settings.mirror_dir is not None and settings.scratch_dir is not None:
+        return settings.folders("")
+    with session_scope(factory) as session:
+        return settings.folders(instance_key(session))
+
+
 def _remove_earlier_attempts(scratch_root: Path, run_id: int, mirrors: MirrorCache | None, repo_url: str) -> None:
     """Scratch left by an earlier attempt of this run whose worker died (the run is ours now); ``mirrors``
-    forgets its worktree (None: a release run, which has none)."""
+    forgets its worktree (None: a release run, which has none). ``scratch_root`` is this instance's alone: another
+    instance's runs, whose ids are the same numbers, are never touched."""
     if not scratch_root.is_dir():
         return
     for leftover in scratch_root.glob(f"run-{run_id}-attempt-*"):
@@ -384,7 +470,8 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
         )
         return RunOutcome(RunStatus.error, error=error, **common)
     if unreadable is not None:
-        return RunOutcome(RunStatus.error, error=f"the suite's result file cannot be read by this worker: {unreadable}", **common)
+        error = f"the suite's result file cannot be read by this worker: {unreadable}"
+        return RunOutcome(RunStatus.error, error=error, infrastructure_error=True, **common)
     code = outcome.exit_code
     if code == 0 and verdict == "pass":
         return RunOutcome(RunStatus.passed, **common)

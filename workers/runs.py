@@ -106,9 +106,11 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
     if held and run.worker_host != worker:
         return Skipped(run_id, f"held by {run.worker_host} (attempt {run.attempt}) until {run.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}")
     if lost_attempts(run) >= run.max_attempts:
-        _finish(run, RunStatus.error, now, error=_gave_up(run))
+        _gave_up(run, now)
         session.flush()
         return Skipped(run_id, "out of attempts")
+    if run.started_at is not None and run.heartbeat_at is not None:  # the previous attempt, to its end or last sign of life
+        run.earlier_attempts_s += max(0.0, (run.heartbeat_at - run.started_at).total_seconds())
     run.attempt += 1
     run.status = RunStatus.running
     run.worker_host = worker
@@ -131,12 +133,51 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
     )
 
 
-def _gave_up(run: Run) -> str:
-    last = f"; the last one was on {run.worker_host}, last heartbeat {run.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}" if run.heartbeat_at else ""
-    return (
-        f"gave up after {lost_attempts(run)} of {run.max_attempts} attempts: each worker stopped renewing its lease "
-        f"before finishing (worker killed, out of memory, or machine lost){last}"
-    )
+def _gave_up(run: Run, now: datetime) -> str:
+    """Finish ``run`` as an error after its last attempt: an infrastructure error, named by the exception a worker
+    recorded (:func:`record_crash`), or, when none did, by the workers lost; its error text."""
+    raised = run.worker_exception
+    if raised:
+        spent = f"gave up after {lost_attempts(run)} of {run.max_attempts} attempts"
+        error = f"{spent}: attempt {raised.get('attempt')} raised {describe_exception(raised)}"
+        if raised.get("attempt") != run.attempt:
+            error += f"; attempt {run.attempt} stopped renewing its lease on {run.worker_host}"
+    else:
+        last = f"; the last one was on {run.worker_host}, last heartbeat {run.heartbeat_at:%Y-%m-%dT%H:%M:%SZ}" if run.heartbeat_at else ""
+        error = (
+            f"gave up after {lost_attempts(run)} of {run.max_attempts} attempts: each worker stopped renewing its lease "
+            f"before finishing (worker killed, out of memory, or machine lost){last}"
+        )
+    _finish(run, RunStatus.error, now, error=error)
+    run.infrastructure_error = True
+    return error
+
+
+def describe_exception(raised: dict[str, Any]) -> str:
+    """``Type: message (at where)`` of a recorded worker exception."""
+    message = f": {raised['message']}" if raised.get("message") else ""
+    return f"{raised.get('type')}{message} (at {raised.get('where')})"
+
+
+def record_crash(session: Session, run_id: int, attempt: int, raised: dict[str, Any], *, now: datetime) -> RunStatus | None:
+    """``attempt`` raised ``raised`` (``{"attempt", "type", "message", "where"}``): record it on the run at once and
+    queue the run again (the sweeper sends it on its next pass), or, once its attempts are spent, finish it as an
+    infrastructure error that names the exception. The run's new status; None (nothing stored) if the attempt lost
+    the run."""
+    run = _lock(session, run_id)
+    if run is None or run.status != RunStatus.running or run.attempt != attempt:
+        log.warning("run_crash_discarded run_id=%s attempt=%s", run_id, attempt)
+        return None
+    run.worker_exception = raised
+    run.heartbeat_at = now  # the attempt's end
+    if lost_attempts(run) >= run.max_attempts:
+        _gave_up(run, now)
+    else:
+        run.status = RunStatus.queued
+        run.lease_expires_at = now
+        run.error = f"attempt {attempt} of {run.max_attempts} raised {describe_exception(raised)}; queued again"
+    session.flush()
+    return run.status
 
 
 def renew_lease(session: Session, run_id: int, attempt: int, *, now: datetime, lease_s: float) -> bool:
@@ -169,6 +210,9 @@ class RunOutcome:
     result_header: dict[str, Any] | None = None
     # The target's repository could not be used (see :class:`workers.checkout.CheckoutError`): not the commit's fault.
     configuration_error: bool = False
+    # The run could not test its commit for a reason that is not its code (the commit missing from the repository,
+    # a checkout or mirror failure): an error on the run, never a broken commit.
+    infrastructure_error: bool = False
 
 
 def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutcome, *, now: datetime) -> bool:
@@ -180,6 +224,7 @@ def record_outcome(session: Session, run_id: int, attempt: int, outcome: RunOutc
         return False
     _finish(run, outcome.status, now, error=outcome.error)
     run.configuration_error = outcome.configuration_error
+    run.infrastructure_error = outcome.infrastructure_error
     run.log_tail = outcome.log_tail
     run.device = outcome.device
     run.library_version = outcome.library_version
@@ -236,6 +281,7 @@ def record_install_failure(
         log.warning("run_result_discarded run_id=%s attempt=%s", run_id, attempt)
         return None
     run.install_failures += 1
+    run.heartbeat_at = now  # the attempt's end
     delay = retry.delay(run.install_failures)
     if delay is None:
         since = f" since {run.queued_at:%Y-%m-%d %H:%M} UTC" if run.queued_at else ""
@@ -331,7 +377,7 @@ def sweep(session: Session, *, now: datetime, queued_lease_s: float, limit: int 
         if run.status == RunStatus.running:
             if lost_attempts(run) >= run.max_attempts:
                 log.warning("run_gave_up run_id=%s attempts=%s worker=%s", run.id, run.attempt, run.worker_host)
-                _finish(run, RunStatus.error, now, error=_gave_up(run))
+                _gave_up(run, now)
                 gave_up.append(run.id)
                 continue
             log.warning(

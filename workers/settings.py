@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -23,15 +24,26 @@ from workers.profiles import PROFILES
 from workers.runs import InstallRetry
 
 
+@dataclass(frozen=True)
+class InstanceFolders:
+    """Where a worker keeps one instance's bare mirrors and the scratch folders of its run attempts."""
+
+    mirrors: Path
+    scratch: Path
+
+
 class WorkerSettings(BaseSettings):
     """Worker settings; every field is ``SPECWATCH_WORKER_<FIELD>`` in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="SPECWATCH_WORKER_", env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
-    # One bare mirror per target repository (`git clone --mirror` once, then `git fetch`).
-    mirror_dir: Path = Path.home() / ".cache" / "specwatch" / "mirrors"
-    # One scratch directory per run attempt (worktree, HOME, results, logs), removed at the end.
-    scratch_dir: Path = Path(tempfile.gettempdir()) / "specwatch-runs"
+    # One bare mirror per target repository (`git clone --mirror` once, then `git fetch`). None: the instance's
+    # own folder, ~/.cache/specwatch/instances/<instance key>/mirrors (service.instance: one per database).
+    mirror_dir: Path | None = None
+    # One scratch directory per run attempt (worktree, HOME, results, logs), removed at the end. None: the
+    # instance's own folder, $TMPDIR/specwatch-runs/<instance key>. Never give two instances the same folder:
+    # their run ids both start at 1.
+    scratch_dir: Path | None = None
     # The interpreter that runs `python -m specwatch`: it needs torch, numpy, scipy and the target's
     # dependencies (for transformers: its requirements, not transformers itself, which comes from the checkout).
     suite_python: str = sys.executable
@@ -153,6 +165,14 @@ class WorkerSettings(BaseSettings):
                 f"{self.install_backoff_max_s:g} + {self.task_time_limit_s:g} >= {self.visibility_timeout_s:g}"
             )
         return self
+
+    def folders(self, instance_key: str) -> InstanceFolders:
+        """This worker's mirror and scratch folders for the instance named ``instance_key`` (the settings when set,
+        else folders of the instance's own)."""
+        return InstanceFolders(
+            mirrors=self.mirror_dir or Path.home() / ".cache" / "specwatch" / "instances" / instance_key / "mirrors",
+            scratch=self.scratch_dir or Path(tempfile.gettempdir()) / "specwatch-runs" / instance_key,
+        )
 
     def install_retry(self) -> InstallRetry:
         """How runs that could not install are retried (:class:`~workers.runs.InstallRetry`)."""

@@ -34,7 +34,7 @@ from workers import pollers
 from workers.analysis import AnalysisConfig, analyse, unanalysed
 from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
 from workers.checkout import MirrorCache
-from workers.execution import execute_run, utcnow
+from workers.execution import execute_run, instance_folders, utcnow
 from workers.notify import Channels, NotifyConfig, deliver_due
 from workers.runs import sweep
 from workers.settings import WorkerSettings, get_worker_settings
@@ -149,9 +149,10 @@ def enqueue_after_commit(session: Session, run_ids: list[int]) -> None:
 def poll_branches(self: SpecwatchTask) -> dict[str, Any]:
     """Poll the watched branches of the due source targets (``git ls-remote``); queue runs for new commits."""
     worker = get_worker_settings()
+    mirror_dir = instance_folders(session_factory(), worker).mirrors
     report = pollers.poll_branches(
         session_factory(),
-        mirrors=MirrorCache(worker.mirror_dir, git_timeout_s=worker.git_timeout_s, policy=RepoPolicy.from_settings(get_settings())),
+        mirrors=MirrorCache(mirror_dir, git_timeout_s=worker.git_timeout_s, policy=RepoPolicy.from_settings(get_settings())),
         options=RunOptions.from_settings(get_settings()),
         enqueue=_enqueue,
         timeout_s=worker.poll_timeout_s,

@@ -1,6 +1,6 @@
 """The control plane's tables, one module per domain: targets and what arrives for them (commits, poll
 states, deliveries), runs and their case results, alerts and the notification outbox, known findings,
-dashboard sessions.
+dashboard sessions, the instance's identity.
 
 Tables are created only by Alembic (``migrations/``), never by ``create_all()``. Conventions: constraints are
 named by :data:`NAMING_CONVENTION` (so migrations can drop them on every backend); enums are stored by value
@@ -12,6 +12,7 @@ every idempotency key is a unique constraint. Every name is importable from here
 from service.models.alerts import RELEASES_BRANCH, Alert, AlertKind, AlertState, Notification, NotificationChannel, NotificationStatus
 from service.models.base import NAMING_CONVENTION, Base, UTCDateTime
 from service.models.findings import KnownFinding
+from service.models.instance import InstanceIdentity
 from service.models.runs import FINISHED_STATUSES, CaseResult, Run, RunPurpose, RunStatus
 from service.models.sessions import DashboardSession
 from service.models.targets import Commit, CommitPolicy, Delivery, DeliveryStatus, InstallMode, PollKind, PollState, Target
@@ -34,6 +35,7 @@ __all__ = [
     "DeliveryStatus",
     "FindingState",
     "InstallMode",
+    "InstanceIdentity",
     "KnownFinding",
     "Notification",
     "NotificationChannel",

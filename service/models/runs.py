@@ -78,6 +78,16 @@ class Run(Base):
     # The attempt failed because the target's repository cannot be used (missing, refused, unreachable): an
     # error of the target's configuration, alerted once per target (AlertKind.configuration), not per commit.
     configuration_error: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # The run could not test its commit for a reason that is not the commit's code: the commit missing from the
+    # repository, a checkout or mirror failure, the worker crashing or lost. An error on the run, never a broken
+    # commit (a target-level alert only where it persists: workers.analysis.infrastructure).
+    infrastructure_error: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # The last exception a worker raised on this run ({"attempt", "type", "message", "where"}), recorded when it
+    # was raised, kept while the run is retried (None: no attempt raised).
+    worker_exception: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Seconds spent by the attempts before the current one (each from its claim to its end or last heartbeat):
+    # with ``finished_at - started_at``, the run's time over every attempt.
+    earlier_attempts_s: Mapped[float] = mapped_column(Double, default=0.0, server_default="0")
     # Why the run exists; a confirmation or bisection run names the failing run it serves (the run it
     # confirms, or the confirmed run whose first bad commit it searches). One such run per (parent, commit).
     purpose: Mapped[RunPurpose] = mapped_column(

@@ -136,8 +136,9 @@ def _histogram(session: Session, value: SQLExpr, where: Sequence[ColumnElement[b
 
 
 def run_durations(session: Session) -> dict[str, Histogram]:
-    """Per finished status (passed, failed, error, uninstallable): how long its runs' last attempts took."""
-    seconds = _seconds_between(session, Run.started_at, Run.finished_at)
+    """Per finished status (passed, failed, error, uninstallable): how long its runs took over every attempt (the
+    last one's claim to finish, and ``earlier_attempts_s``: each earlier one's claim to its end or last heartbeat)."""
+    seconds = _seconds_between(session, Run.started_at, Run.finished_at) + Run.earlier_attempts_s
     found = {}
     for status in (RunStatus.passed, RunStatus.failed, RunStatus.error, RunStatus.uninstallable):
         found[status.value] = _histogram(session, seconds, [Run.status == status, Run.started_at.is_not(None)], RUN_BUCKETS)
@@ -151,16 +152,18 @@ def case_durations(session: Session) -> Histogram:
 
 def run_failures(session: Session) -> dict[str, int]:
     """Finished runs that did not pass, by kind: ``violation`` (a case failed), ``broken`` (the suite could not run the
-    commit), ``configuration`` (the target's repository could not be used), ``uninstallable`` (never installed), and
+    commit's code), ``configuration`` (the target's repository could not be used), ``infrastructure`` (not the commit's
+    code: the commit missing, a checkout failure, the worker crashed or lost), ``uninstallable`` (never installed), and
     ``install_retries`` (attempts that could not install and were retried, whatever the run's end)."""
     kind = case(
         (Run.configuration_error.is_(True), "configuration"),
+        (Run.infrastructure_error.is_(True), "infrastructure"),
         (Run.status == RunStatus.failed, "violation"),
         (Run.status == RunStatus.error, "broken"),
         else_="uninstallable",
     )
     failed = Run.status.in_([RunStatus.failed, RunStatus.error, RunStatus.uninstallable])
-    found = dict.fromkeys(("violation", "broken", "configuration", "uninstallable"), 0)
+    found = dict.fromkeys(("violation", "broken", "configuration", "infrastructure", "uninstallable"), 0)
     for name, count in session.execute(select(kind, func.count()).where(failed).group_by(kind)):
         found[str(name)] = count
     found["install_retries"] = int(session.scalar(select(func.coalesce(func.sum(Run.install_failures), 0))) or 0)

@@ -82,6 +82,12 @@ class RunDetail:
     log_tail: str | None = None
     # The attempt could not use the target's repository (a configuration error of the target, not of the commit).
     configuration_error: bool = False
+    # The run could not test its commit for a reason that is not its code (the commit missing, a checkout or mirror
+    # failure, the worker crashed or lost): never a broken commit.
+    infrastructure_error: bool = False
+    # The last exception a worker raised on the run, recorded when raised (also while the run is retried):
+    # {"attempt", "type", "message", "where"}; None when no attempt raised.
+    worker_exception: dict[str, Any] | None = None
 
 
 def _case_row(result: CaseResult, previous: dict[str, str | None] | None = None, finding: FindingLink | None = None) -> CaseRow:
@@ -159,4 +165,6 @@ def run_detail(session: Session, run_id: int) -> RunDetail:
         rerun_by=run.rerun_by,
         log_tail=run.log_tail,
         configuration_error=run.configuration_error,
+        infrastructure_error=run.infrastructure_error,
+        worker_exception=run.worker_exception,
     )

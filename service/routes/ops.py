@@ -132,7 +132,7 @@ class StateCollector(Collector):
         yield from _queue_metrics(queues, now)
         yield from _outbox_metrics(backlog, oldest_unsent, now)
         yield from _poll_metrics(polls)
-        runs = HistogramMetricFamily("specwatch_run_duration_seconds", "Duration of finished runs (last attempt)", labels=["status"])
+        runs = HistogramMetricFamily("specwatch_run_duration_seconds", "Duration of finished runs (every attempt)", labels=["status"])
         for run_status, histogram in run_durations.items():
             runs.add_metric([run_status], _buckets(histogram), histogram.total)
         yield runs

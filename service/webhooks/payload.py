@@ -109,7 +109,22 @@ def parse_payload(body: bytes, content_type: str | None) -> dict[str, Any]:
         raise PayloadError(f"body is not valid JSON: {loggable(exc)}") from exc
     if not isinstance(payload, dict):
         raise PayloadError("body is not a JSON object")
+    _check_git_names(payload)
     return {_storable(key): _storable(value) for key, value in payload.items()}
+
+
+#: Top-level fields that name git objects: checked as sent, before :func:`_storable` would repair them.
+_GIT_NAMES = ("ref", "before", "after")
+
+
+def _check_git_names(payload: dict[str, Any]) -> None:
+    """Refuse a payload whose ref or commit ids hold what git never allows in one (NUL, lone surrogates):
+    repaired to U+FFFD for storage, ``refs/heads/\\u0000x`` would pass as another, valid-looking name."""
+    for field in _GIT_NAMES:
+        value = payload.get(field)
+        if isinstance(value, str) and _storable(value) != value:
+            what = "a valid git ref name" if field == "ref" else "a commit id"
+            raise PayloadError(f"{field}: not {what} (it holds a NUL or an unpaired surrogate)")
 
 
 def _storable(value: Any, depth: int = 1) -> Any:

@@ -75,8 +75,9 @@ def sqlite_factory(sqlite_url: str) -> Iterator[sessionmaker[Session]]:
 
 @pytest.fixture
 def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[Callable[..., Served]]:
-    """Start ``specwatch serve --port 0`` on ``sqlite_url`` (keyword arguments: more environment variables);
-    every one started is stopped at the end."""
+    """Start ``specwatch serve --port 0`` on ``sqlite_url`` (keyword arguments: more environment variables; ``database``:
+    another database; ``default_folders``: the worker's mirror and scratch folders left to their defaults); every one
+    started is stopped at the end."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("SPECWATCH_")}
     env.update(
         SPECWATCH_WEBHOOK_SECRET=SECRET,
@@ -93,13 +94,13 @@ def start_serve(tmp_path: Path, toy_repo: ToyRepo, sqlite_url: str) -> Iterator[
     workdir.mkdir()
     started: list[Served] = []
 
-    def start(**more_env: str) -> Served:
+    def start(*, database: str | None = None, default_folders: bool = False, **more_env: str) -> Served:
         log = tmp_path / f"serve-{len(started)}.log"
-        command = [SPECWATCH, "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", sqlite_url]
+        command = [SPECWATCH, "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", database or sqlite_url]
+        folders = ("SPECWATCH_WORKER_MIRROR_DIR", "SPECWATCH_WORKER_SCRATCH_DIR") if default_folders else ()
+        served_env = {name: value for name, value in {**env, **more_env}.items() if name not in folders}
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                command, cwd=workdir, env={**env, **more_env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            proc = subprocess.Popen(command, cwd=workdir, env=served_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         served = Served(proc, log)
         started.append(served)
 
@@ -151,6 +152,40 @@ def test_serve_tests_pushed_commits_without_redis(
         assert session.scalar(select(func.count()).select_from(CaseResult)) == 4
     assert served.terminate() == 0, served.output()
     assert "Connected to memory://" in served.output()
+
+
+def test_two_serve_instances_on_one_machine_both_pass_their_run_1_on_the_first_attempt(
+    start_serve: Callable[..., Served], tmp_path: Path, toy_repo: ToyRepo
+) -> None:
+    """Two ``specwatch serve`` with fresh databases, one HOME and one TMPDIR, their worker folders left to the
+    defaults, each testing its run 1 at once (issue 42: the second met the first's ``run-1-attempt-1``, crashed three
+    attempts and paged a broken commit)."""
+    good = toy_repo.commit(CORRECT, "Add speculative sampling")
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    databases = [f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db")]
+    instances = [start_serve(database=url, default_folders=True, HOME=str(home), TMPDIR=str(tmp)) for url in databases]
+    target = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER}
+    for served in instances:
+        with httpx.Client(base_url=served.url, timeout=30) as client:
+            assert client.post("/targets", json=target, headers={"Authorization": f"Bearer {API_TOKEN}"}).status_code == 201
+    for served in instances:  # the two pushes back to back: the runs overlap
+        with httpx.Client(base_url=served.url, timeout=30) as client:
+            assert [answer.status_code for answer in push_history(client, SECRET, toy_repo.path, [good])] == [202]
+
+    with session_maker(databases[0]) as first, session_maker(databases[1]) as second:
+        factories = [first, second]
+        wait_for(lambda: all(finished(made, 1) for made in factories), timeout=240, what="both runs 1", logs=instances[1].output)
+        runs = []
+        for made in factories:
+            with made() as session:
+                run = session.scalars(select(Run)).one()
+                runs.append((run.id, run.status, run.attempt, run.error))
+
+    assert runs == [(1, RunStatus.passed, 1, None)] * 2, [served.output()[-3000:] for served in instances]
+    assert len(list((tmp / "specwatch-runs").iterdir())) == 2  # a scratch folder per instance
+    assert len(list((home / ".cache" / "specwatch" / "instances").iterdir())) == 2  # and a mirror folder
 
 
 def test_serve_resumes_runs_left_queued_by_a_previous_process(

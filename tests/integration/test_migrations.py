@@ -26,6 +26,7 @@ TABLES = {
     "poll_states",
     "alerts",
     "notifications",
+    "instance_identity",
     "known_findings",
     "dashboard_sessions",
 }

@@ -44,14 +44,14 @@ from service.settings import Settings
 from service.targets import RepoPolicy, add_target, make_spec
 from service.webhooks import Outcome, RunOptions, ingest, signature
 from tests.support.private_servers import wait_for
-from tests.support.workers import REDIS_SERVER
+from tests.support.redis_databases import redis_url
 
 pytestmark = pytest.mark.integration
 
 SECRET = "webhook-test-secret"
 REPO = "https://github.com/octo-org/toy-sampler"
 ZERO = "0" * 40
-REDIS_URL = f"{REDIS_SERVER}/14"
+REDIS_URL = redis_url("webhooks")  # this test process's own database (tests/support/redis_databases.py)
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/0"
 
 
@@ -311,6 +311,32 @@ def test_a_push_payload_without_its_fields_is_400(hook: Hook) -> None:
 
     assert answer.status_code == 400
     assert "ref" in answer.json()["detail"]
+    assert hook.nothing_stored()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"ref": "refs/heads/\x00x"}, id="nul-in-ref"),
+        pytest.param({"ref": "refs/heads/ma\x00in"}, id="nul-inside-a-watched-name"),
+        pytest.param({"ref": "refs/heads/\ud800x"}, id="lone-surrogate-in-ref"),
+        pytest.param({"ref": "refs/heads/a\x01b"}, id="control-character-in-ref"),
+        pytest.param({"ref": "refs/heads/a..b"}, id="two-dots-in-ref"),
+        pytest.param({"after": "b" * 39 + "\x00"}, id="nul-in-after"),
+    ],
+)
+def test_refs_and_commit_ids_are_checked_as_git_would_and_nul_is_400(hook: Hook, fields: dict[str, str]) -> None:
+    """A ref or commit id that git never allows is refused as sent (the body holds ``\\u0000``, as JSON escapes
+    it), not repaired into another, valid-looking name and accepted (issue 42)."""
+    hook.add_target()
+    payload = push(commits=[commit(sha(), "change")]) | fields
+    body = json.dumps(payload).encode()
+    assert b"\\u0000" in body or b"\\ud800" in body or b"\\u0001" in body or b".." in body
+
+    answer = hook.post(None, body=body)
+
+    assert answer.status_code == 400, answer.text
+    assert next(iter(fields)) in answer.json()["detail"]
     assert hook.nothing_stored()
 
 

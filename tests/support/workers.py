@@ -8,7 +8,6 @@ for real worker processes (short leases, a sweep every second).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,21 +25,29 @@ from service.settings import get_settings
 from specwatch.protocol import Acceptance
 from specwatch.protocol import CaseResult as SuiteCaseResult
 from specwatch.protocol import Verdict as SuiteVerdict
+from tests.support.redis_databases import SERVER, redis_url
 from tests.support.toy_target import ToyRepo
 from workers.celery_app import app, celery_config
 from workers.settings import get_worker_settings
 
-# A Redis database per xdist process (12, 11, ...): parallel tests never consume each other's messages.
-# 13 and above are left to the control plane's tests.
-# The server is SPECWATCH_TEST_REDIS_URL (default: the local one), so that two checkouts can test side by side.
-REDIS_SERVER = os.environ.get("SPECWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-REDIS_URL = f"{REDIS_SERVER}/{12 - int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw') or 0)}"
+# The Redis server is SPECWATCH_TEST_REDIS_URL (default: the local one). Each test process claims databases of its
+# own on it (tests/support/redis_databases.py): parallel tests, and two checkouts testing at once, never consume
+# each other's messages. REDIS_URL (this module's attribute, claimed on first use) is the worker tests' database.
+REDIS_SERVER = SERVER
+
+
+def __getattr__(name: str) -> str:
+    if name == "REDIS_URL":
+        return redis_url("workers")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # A secret that must never reach the code under test.
 WEBHOOK_SECRET = "super-secret-webhook-key"
 
 
 def flush_redis() -> None:
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url("workers"))
     try:
         client.flushdb()
     finally:
@@ -50,7 +57,7 @@ def flush_redis() -> None:
 def queued_headers(queue: str) -> list[dict[str, Any]]:
     """The headers of every message waiting in ``queue`` on the test's Redis, oldest first (kombu LPUSHes,
     consumers BRPOP)."""
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url("workers"))
     try:
         raw = client.lrange(queue, 0, -1)
     finally:
@@ -63,7 +70,7 @@ def worker_environment(database_url: str, tmp_path: Path, **worker: str) -> dict
     env = {
         "SPECWATCH_ENV": "test",
         "SPECWATCH_DATABASE_URL": database_url,
-        "SPECWATCH_REDIS_URL": REDIS_URL,
+        "SPECWATCH_REDIS_URL": redis_url("workers"),
         "SPECWATCH_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "SPECWATCH_WORKER_MIRROR_DIR": str(tmp_path / "mirrors"),
         "SPECWATCH_WORKER_SCRATCH_DIR": str(tmp_path / "scratch"),

@@ -5,6 +5,11 @@ unreachable after its retries: ``Run.configuration_error``) says nothing about i
 target fails the same way, so instead of one BROKEN alert per commit (and as many "Resolved:" messages) the
 target gets one CONFIGURATION alert with the cause, opened by the first such run and kept while it lasts; the
 first run that gets past the checkout resolves it.
+
+Infrastructure errors (``Run.infrastructure_error``: the commit missing from the repository, a checkout or mirror
+failure, a worker that crashed or was lost) say nothing about their commit either, and one alone pages nobody: it is
+an error on its run. Only when the target's last :data:`PERSISTING_RUNS` finished primary runs all ended so does the
+target get the same one alert (:func:`infrastructure_persists`), resolved by the first run that tests its commit.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ import logging
 from sqlalchemy import select
 
 from service.ingest import lock_targets
-from service.models import Alert, AlertKind, AlertState, Run
+from service.models import FINISHED_STATUSES, Alert, AlertKind, AlertState, Commit, Run, RunPurpose
 from service.models.entries import ConfigurationEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis
 from workers.analysis.resolution import resolve
 
 log = logging.getLogger(__name__)
+
+#: Consecutive finished primary runs of a target with infrastructure errors that make a target-level alert.
+PERSISTING_RUNS = 3
 
 
 def configuration_entry(run: Run) -> ConfigurationEntry:
@@ -49,3 +57,17 @@ def target_configured(ctx: Analysis, run: Run) -> None:
     """``run`` got past its checkout: the target's repository works again; resolve its configuration alerts."""
     for alert in open_configuration_alerts(ctx, run.commit.target_id):
         resolve(ctx, alert, run)
+
+
+def infrastructure_persists(ctx: Analysis, run: Run) -> bool:
+    """Whether ``run``'s infrastructure error persists: the target's last :data:`PERSISTING_RUNS` finished primary
+    runs (``run`` among them) all ended with one."""
+    newest = (
+        select(Run.infrastructure_error)
+        .join(Run.commit)
+        .where(Commit.target_id == run.commit.target_id, Run.purpose == RunPurpose.primary, Run.status.in_(FINISHED_STATUSES))
+        .order_by(Run.finished_at.desc(), Run.id.desc())
+        .limit(PERSISTING_RUNS)
+    )
+    flags = list(ctx.session.scalars(newest))
+    return len(flags) == PERSISTING_RUNS and all(flags)

@@ -4,7 +4,9 @@
    failures a known finding explains (:mod:`workers.analysis.findings`: they page nobody).
 2. The commit status says "confirming" while a confirmation is pending, else the run's outcome.
 3. A run whose repository could not be used (``configuration_error``) opens the target's CONFIGURATION alert
-   once (:mod:`workers.analysis.configuration`), never a per-commit one. A run in status ``error`` is a BROKEN
+   once (:mod:`workers.analysis.configuration`), never a per-commit one; so does an ``infrastructure_error`` (the
+   commit missing, a checkout or mirror failure, the worker crashed or lost) once it persists, and never a
+   broken commit: alone it is an error on its run. A run in status ``error`` of the code under test is a BROKEN
    commit at once (deterministic, nothing to confirm); one in status
    ``uninstallable`` (its install failed attempt after attempt) opens an UNINSTALLABLE alert, never a broken one;
    new failures get a confirmation run with fresh seeds (``seed_attempt`` + 1), or, with confirmation off, a
@@ -25,7 +27,7 @@ from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
 from service.models.entries import AlertEntry, BrokenEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
-from workers.analysis.configuration import target_configured, target_misconfigured
+from workers.analysis.configuration import infrastructure_persists, target_configured, target_misconfigured
 from workers.analysis.context import Analysis, child_run
 from workers.analysis.drift import drifting_cases
 from workers.analysis.findings import explained_failures, record_findings
@@ -84,6 +86,8 @@ def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: Run
         kind, analysis.failing, analysis.known_failing = new_failures(ctx.session, run, cases, explained)
     if run.configuration_error:
         kind = AlertKind.configuration
+    elif run.infrastructure_error:  # not the commit's code: an error on the run, the target's alert if it persists
+        kind = AlertKind.configuration if infrastructure_persists(ctx, run) else None
     analysis.kind = kind
     ctx.report.kind = kind.value if kind else None
     return kind
@@ -92,6 +96,8 @@ def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: Run
 def _resolve(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
     if run.status not in (RunStatus.error, RunStatus.uninstallable):
         resolve_recovered(ctx, run, cases)
+    if run.infrastructure_error:  # it tested nothing: it resolves nothing
+        return
     if run.status is not RunStatus.uninstallable:
         resolve_installed(ctx, run)
     if not run.configuration_error:

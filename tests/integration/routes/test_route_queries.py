@@ -15,15 +15,14 @@ from service.app import create_app
 from service.auth import hash_token
 from service.settings import Settings
 from tests.support.history import CASES, FAILING_CASE, FIRST_FAILING, TARGET, Seeded, seed_history
-from tests.support.workers import REDIS_SERVER
+from tests.support.redis_databases import redis_url
 
 pytestmark = pytest.mark.integration
 
 WRITE_TOKEN, READ_TOKEN = "write-token-for-tests", "read-token-for-tests"
 WRITE = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 READ = {"Authorization": f"Bearer {READ_TOKEN}"}
-# Redis database 15 is the control plane's tests' (the workers' tests use 12 and below).
-REDIS_URL = f"{REDIS_SERVER}/15"
+REDIS_URL = redis_url("routes")  # this test process's own database (tests/support/redis_databases.py)
 
 
 class NoProducer:
