@@ -18,6 +18,13 @@ Four measurements:
    independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
    alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
+0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells) at the cap
+   the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a ``--early-tests``-check run, the
+   runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the least-favourable alternative at 0.7, 1
+   and 1.5 x epsilon: misses by the cap, with the runner's early pass and hold, and with the early pass without
+   the hold, with two-sided 95 % Clopper-Pearson intervals, and the trials by which the e-process rejected all but
+   a fraction beta of the runs (docs/statistics.md §7).
+
 1. **Mutant detection.** Every mutant of ``specwatch.mutants.MUTANTS`` runs the whole battery
    ``specwatch.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
    fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
@@ -45,6 +52,7 @@ Run (defaults fit in about 2 minutes on two cores)::
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/suite_power.py --design   # 200 runs per check, 2000 null runs
 
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 10000   # about 6 minutes
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --quick          # 2 seeds, smaller Monte Carlo
