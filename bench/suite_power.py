@@ -25,6 +25,9 @@ Four measurements:
    the hold, with two-sided 95 % Clopper-Pearson intervals, and the trials by which the e-process rejected all but
    a fraction beta of the runs (docs/statistics.md §7).
 
+0e. **Clean checks that hold** (``--hold-null``): how often a check's null e-process reaches the early pass's hold
+   level, ln T / 3, within 32 looks (2,000 runs on 2, 8 and 64 cells).
+
 1. **Mutant detection.** Every mutant of ``specwatch.mutants.MUTANTS`` runs the whole battery
    ``specwatch.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
    fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
@@ -950,6 +953,28 @@ def miss_rate_section(supports: Sequence[int], multiples: Sequence[float], epsil
     )
 
 
+def hold_null_section(supports: Sequence[int], runs: int, tests: int, seed: int) -> None:
+    """How often a clean check holds its case (docs/statistics.md §7a): ``runs`` null runs per support of a check with
+    a uniform null, 32 looks of 100 observations each, against the hold level ln T / 3 at the threshold of a
+    ``tests``-check run (Ville's bound: T^(-1/3)); also at half of ln T."""
+    config = SuiteConfig()
+    log_threshold = math.log(rejection_threshold(config.alpha, tests))
+    rng = np.random.default_rng(seed)
+    rows: list[list[str]] = []
+    for support in supports:
+        null = np.full(support, 1.0 / support)
+        maxima = np.array([null_max_log_e(null, 1.0, [100] * 32, rng) for _ in range(runs)])
+        third, half = int((maxima >= hold_level(log_threshold)).sum()), int((maxima >= log_threshold / 2).sum())
+        rows.append([str(support), f"{third}/{runs}", f"{math.exp(-hold_level(log_threshold)):.2g}", f"{half}/{runs}"])
+    print_table(
+        f"0e. Clean checks that hold their case: {runs} null runs per support, 32 looks of 100 observations, "
+        f"threshold m/alpha = {math.exp(log_threshold):.4g} (m = {tests})",
+        ["support", "held (ln E >= ln T / 3)", "bound T^(-1/3)", "at ln T / 2"],
+        rows,
+        "rrrr",
+    )
+
+
 # ----------------------------------------------------------------------------------------- main
 
 
@@ -973,6 +998,7 @@ def main() -> None:
     parser.add_argument("--early-runs", type=int, default=500, help="null and alternative runs per early-pass row (default 500)")
     parser.add_argument("--early-tests", type=int, default=211, help="m of the early-pass rows' threshold m / alpha (default 211)")
     parser.add_argument("--miss-rate", action="store_true", help="only the miss rate at 0.7, 1 and 1.5 eps for several supports")
+    parser.add_argument("--hold-null", action="store_true", help="only how often a clean check holds its case")
     parser.add_argument("--miss-runs", type=int, default=2000, help="runs per miss-rate row (default 2000)")
     parser.add_argument("--miss-epsilon", type=float, default=0.05, help="design TV of the miss-rate rows (default 0.05)")
     args = parser.parse_args()
@@ -988,6 +1014,10 @@ def main() -> None:
         f"suite_power: torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
     )
+    if args.hold_null:
+        hold_null_section((2, 8, 64), 2000, args.early_tests, args.seed)
+        print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+        return
     if args.miss_rate:
         miss_rate_section((2, 16, 256), (0.7, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed)
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
