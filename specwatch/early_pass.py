@@ -229,8 +229,9 @@ def holds_evidence(max_log_e: float, log_threshold: float) -> bool:
     (``max_log_e``: the running maximum of ln E, ``log_threshold``: ln T), i.e. holds evidence against its null.
 
     Hypothesis: the check's null. Guarantee: under it, P(sup_n E_n >= T^(1/3)) <= T^(-1/3) by Ville's inequality
-    (1e-2 per check at T = 1e6; 3 of 6,000 null runs measured at 32 looks, ``bench/suite_power.py --hold-null``), so a clean check rarely holds a case,
-    and holding only costs trials. A check that holds is a third of the way, on the log scale, to a rejection.
+    (1e-2 per check at T = 1e6; 3 of 6,000 null runs measured at 32 looks, ``bench/suite_power.py --hold-null``), so a
+    clean check rarely holds a case, and holding only costs trials. A check that holds is a third of the way, on the
+    log scale, to a rejection.
     Reference: docs/statistics.md §7a, "Held by evidence"; Ville (1939)."""
     return max_log_e >= hold_level(log_threshold)
 
