@@ -18,6 +18,16 @@ Four measurements:
    independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
    alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
+0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells) at the cap
+   the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a ``--early-tests``-check run, the
+   runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the least-favourable alternative at 0.7, 1
+   and 1.5 x epsilon: misses by the cap, with the runner's early pass and hold, and with the early pass without
+   the hold, with two-sided 95 % Clopper-Pearson intervals, and the trials by which the e-process rejected all but
+   a fraction beta of the runs (docs/statistics.md §7).
+
+0e. **Clean checks that hold** (``--hold-null``): how often a check's null e-process reaches the early pass's hold
+   level, ln T / 3, within 32 looks (2,000 runs on 2, 8 and 64 cells).
+
 1. **Mutant detection.** Every mutant of ``specwatch.mutants.MUTANTS`` runs the whole battery
    ``specwatch.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
    fail_fast=True)`` for several seeds. Per mutant: the detecting case (the first failing one; the
@@ -45,6 +55,7 @@ Run (defaults fit in about 2 minutes on two cores)::
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/suite_power.py --design   # 200 runs per check, 2000 null runs
 
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 10000   # about 6 minutes
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --quick          # 2 seeds, smaller Monte Carlo
@@ -71,7 +82,7 @@ import torch
 from numpy.typing import NDArray
 
 from specwatch.cases import CASES, Case
-from specwatch.early_pass import log_pass_statistic
+from specwatch.early_pass import hold_level, log_pass_statistic
 from specwatch.experiments import ChainExperiment, CheckSpec
 from specwatch.mutants import MUTANTS, Mutant
 from specwatch.protocol import CaseResult, Verdict
@@ -826,6 +837,144 @@ def early_pass_section(supports: Sequence[int], epsilons: Sequence[float], runs:
     )
 
 
+# ------------------------------------------------------------------------------------------ miss rate
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided Clopper-Pearson interval of a proportion (k of n) at ``confidence``."""
+    from scipy import stats as sps
+
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if k == 0 else float(sps.beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k >= n else float(sps.beta.ppf(1.0 - tail, k + 1, n - k))
+    return low, high
+
+
+def held_run(
+    law: NDArray[np.float64],
+    null: NDArray[np.float64],
+    batches: Sequence[int],
+    epsilon: float,
+    levels: tuple[float, float, float],
+    rng: np.random.Generator,
+) -> tuple[int | None, int | None, int | None]:
+    """One check run to its cap (or its rejection) on counts from ``law``: (trials at the rejection, at the early pass,
+    at the first batch end where the running maximum of ln E reached the hold level); ``levels``: ln of the rejection
+    threshold, of 1 / beta_pass and the hold level (ln T / 3, docs/statistics.md §7a). The run goes on past the pass,
+    so that the rules with and without the early pass are read off the same run."""
+    log_threshold, log_pass, log_hold = levels
+    counts = np.zeros(len(null), dtype=np.int64)
+    trials, rejected, passed, held = 0, None, None, None
+    for n in batches:
+        trials += n
+        counts += rng.multinomial(n, law)
+        log_e = log_e_dirichlet_mixture(counts, null)
+        if held is None and log_e >= log_hold:
+            held = trials
+        if log_e >= log_threshold:
+            rejected = trials
+            break
+        if passed is None and log_pass_statistic(counts, null, epsilon, target=log_pass) >= log_pass:
+            passed = trials
+    return rejected, passed, held
+
+
+MISS_HEADERS = (
+    "support",
+    "TV/eps",
+    "cap",
+    "misses at cap",
+    "95% CP",
+    "misses early+hold",
+    "95% CP",
+    "misses early, no hold",
+    "med stop/cap",
+    "(1-beta) rejection/cap",
+)
+
+
+def miss_rate_section(supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int) -> None:
+    """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) at the cap the design gives
+    (``plan_test``: Pearson's noncentral chi^2 x SEQUENTIAL_INFLATION at level m / alpha, m = ``tests``), with the
+    runner's early-pass batches, against the least-favourable alternative at TV multiple x epsilon. Three rules on
+    the same runs: the e-process to the cap alone; the runner's (early pass at epsilon with beta_pass = 1e-3, held
+    while ln E >= ln T / 3); the early pass without the hold. A miss: no rejection before the stop. Intervals:
+    two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon: beta (+ beta_pass with the early pass)."""
+    config = SuiteConfig()
+    threshold = rejection_threshold(config.alpha, tests)
+    levels = (math.log(threshold), -math.log(config.early_pass_beta), hold_level(math.log(threshold)))
+    rng = np.random.default_rng(seed)
+    rows: list[list[str]] = []
+    for support in supports:
+        null = 1.0 / np.arange(1, support + 1)
+        null /= null.sum()
+        cap = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
+        batches = batch_schedule(cap, config, early_pass=True)
+        for multiple in multiples:
+            alt, _ = least_favourable(null, multiple * epsilon)
+            started = time.perf_counter()
+            off = on = free = 0
+            stops, rejections = [], []
+            for _ in range(runs):
+                rejected, passed, held = held_run(alt, null, batches, epsilon, levels, rng)
+                off += rejected is None
+                early = passed is not None and (held is None or held > passed) and (rejected is None or passed < rejected)
+                on += rejected is None or early
+                free += rejected is None or (passed is not None and (rejected is None or passed < rejected))
+                stops.append(passed if early and passed is not None else (rejected or cap))
+                rejections.append(math.inf if rejected is None else rejected)
+            # The trials by which the e-process alone rejects in all but a fraction beta of the runs (inf: more than
+            # beta of them were not rejected by the cap): what power 1 - beta at this TV needs, on the batch grid.
+            needed = float(np.quantile(np.array(rejections), 1.0 - config.beta, method="higher"))
+            lo_off, hi_off = clopper_pearson(off, runs)
+            lo_on, hi_on = clopper_pearson(on, runs)
+            rows.append(
+                [
+                    f"{support}",
+                    f"{multiple:g}",
+                    f"{cap:,}",
+                    f"{off}/{runs}",
+                    f"[{lo_off:.2g}, {hi_off:.2g}]",
+                    f"{on}/{runs}",
+                    f"[{lo_on:.2g}, {hi_on:.2g}]",
+                    f"{free}/{runs}",
+                    f"{statistics.median(stops) / cap:.2f}",
+                    "> 1" if math.isinf(needed) else f"{needed / cap:.2f}",
+                ]
+            )
+            print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+    print_table(
+        f"0d. Miss rate at the designed cap: one designed check, Zipf null, least-favourable alternative at TV/eps x eps, "
+        f"eps = {epsilon:g}, {runs} runs per row; threshold m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, "
+        f"beta_pass = {config.early_pass_beta:g}, hold at ln E >= {levels[2]:.2f}",
+        MISS_HEADERS,
+        rows,
+        "rrrrrrrrrr",
+    )
+
+
+def hold_null_section(supports: Sequence[int], runs: int, tests: int, seed: int) -> None:
+    """How often a clean check holds its case (docs/statistics.md §7a): ``runs`` null runs per support of a check with
+    a uniform null, 32 looks of 100 observations each, against the hold level ln T / 3 at the threshold of a
+    ``tests``-check run (Ville's bound: T^(-1/3)); also at half of ln T."""
+    config = SuiteConfig()
+    log_threshold = math.log(rejection_threshold(config.alpha, tests))
+    rng = np.random.default_rng(seed)
+    rows: list[list[str]] = []
+    for support in supports:
+        null = np.full(support, 1.0 / support)
+        maxima = np.array([null_max_log_e(null, 1.0, [100] * 32, rng) for _ in range(runs)])
+        third, half = int((maxima >= hold_level(log_threshold)).sum()), int((maxima >= log_threshold / 2).sum())
+        rows.append([str(support), f"{third}/{runs}", f"{math.exp(-hold_level(log_threshold)):.2g}", f"{half}/{runs}"])
+    print_table(
+        f"0e. Clean checks that hold their case: {runs} null runs per support, 32 looks of 100 observations, "
+        f"threshold m/alpha = {math.exp(log_threshold):.4g} (m = {tests})",
+        ["support", "held (ln E >= ln T / 3)", "bound T^(-1/3)", "at ln T / 2"],
+        rows,
+        "rrrr",
+    )
+
+
 # ----------------------------------------------------------------------------------------- main
 
 
@@ -848,6 +997,10 @@ def main() -> None:
     parser.add_argument("--early-pass", action="store_true", help="only the early pass: stopping time, power, false alarms")
     parser.add_argument("--early-runs", type=int, default=500, help="null and alternative runs per early-pass row (default 500)")
     parser.add_argument("--early-tests", type=int, default=211, help="m of the early-pass rows' threshold m / alpha (default 211)")
+    parser.add_argument("--miss-rate", action="store_true", help="only the miss rate at 0.7, 1 and 1.5 eps for several supports")
+    parser.add_argument("--hold-null", action="store_true", help="only how often a clean check holds its case")
+    parser.add_argument("--miss-runs", type=int, default=2000, help="runs per miss-rate row (default 2000)")
+    parser.add_argument("--miss-epsilon", type=float, default=0.05, help="design TV of the miss-rate rows (default 0.05)")
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
@@ -861,6 +1014,14 @@ def main() -> None:
         f"suite_power: torch {torch.__version__}, numpy {np.__version__}, python {platform.python_version()}, "
         f"{platform.machine()}, torch threads {torch.get_num_threads()}; {len(CASES)} cases, {len(MUTANTS)} mutants"
     )
+    if args.hold_null:
+        hold_null_section((2, 8, 64), 2000, args.early_tests, args.seed)
+        print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+        return
+    if args.miss_rate:
+        miss_rate_section((2, 16, 256), (0.7, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed)
+        print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
+        return
     if args.early_pass:
         early_pass_section((8, 16, 64, 128, 512), (0.03, 0.1), args.early_runs, args.early_tests, args.seed)
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")

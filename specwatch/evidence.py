@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specwatch.cases import Case
-from specwatch.early_pass import log_pass_statistic
+from specwatch.early_pass import hold_level, holds_evidence, log_pass_statistic, may_stop_early
 from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
 from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
 from specwatch.sampling import TargetRaised
@@ -107,9 +107,17 @@ class CaseEvidence:
             self.passed_at[check.name] = self.trials
 
     def passed(self) -> bool:
-        """Every watched check passed early, or its layer already failed (a failed layer claims nothing)."""
+        """Every watched check passed early, or its layer already failed (a failed layer claims nothing), and no check
+        of a layer that has not failed, designed or not, holds evidence against its law (its e-process reached the
+        cube root of the threshold: :func:`~specwatch.early_pass.may_stop_early`)."""
         watched = [c for c in self.checks if c.name in self.pass_log]
-        return bool(watched) and all(c.name in self.passed_at or self.failed(c.layer) for c in watched)
+        live = [self.max_log_e[c.name] for c in self.checks if not self.failed(c.layer)]
+        return may_stop_early((c.name in self.passed_at or self.failed(c.layer) for c in watched), live, self.log_threshold)
+
+    def holding(self) -> list[str]:
+        """The checks of layers that have not failed whose e-process reached the cube root of the threshold: while
+        any does, the case does not pass early (docs/statistics.md §7a, "Held by evidence")."""
+        return [c.name for c in self.checks if not self.failed(c.layer) and holds_evidence(self.max_log_e[c.name], self.log_threshold)]
 
     def failed(self, layer: Layer) -> bool:
         return layer in self.violations or any(c.layer == layer and c.name in self.rejected_at for c in self.checks)
@@ -225,6 +233,7 @@ def case_result(
         if early and failure is None
         else _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
     )
+    reason += _pass_scope(state, checks, designed, epsilon) if failure is None and state.trials > 0 else ""
     # A speculative case that did not exercise what it was built for (drafts per verification, partial and
     # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
     coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
@@ -314,6 +323,21 @@ def _early_reason(state: CaseEvidence, cap: int, epsilon: float) -> str:
         f"passed early after {state.trials} of {cap} trials: every designed check's pass statistic reached "
         f"1/beta_pass = {math.exp(state.pass_log_threshold or 0.0):.3g} against TV >= {epsilon:g}"
     )
+
+
+def _pass_scope(state: CaseEvidence, checks: Sequence[CheckResult], designed: set[str], epsilon: float) -> str:
+    """What a pass does not claim: the checks not designed at the case's TV (no power claim at ``epsilon``), and the
+    checks that held the case to its cap because their evidence reached the cube root of the threshold."""
+    text = ""
+    held = state.holding() if state.pass_log_threshold is not None and state.pass_log else []
+    if held:
+        evidence = ", ".join(f"{name} (log E {state.max_log_e[name]:.1f})" for name in held)
+        level = hold_level(state.log_threshold)
+        text += f"; no early pass: {evidence} reached the hold level log E {level:.1f} (a third of the threshold's)"
+    undesigned = [c.name for c in checks if c.name not in designed]
+    if undesigned:
+        text += f"; not designed at TV {epsilon:g} (no power claim): {', '.join(undesigned)}"
+    return text
 
 
 def _reason(

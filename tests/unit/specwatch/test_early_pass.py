@@ -27,7 +27,7 @@ from specwatch.early_pass import log_pass_statistic
 from specwatch.experiments import CheckSpec, Observation
 from specwatch.protocol import Failure, Layer, RunResult, Verdict
 from specwatch.runner import SuiteConfig, run_case
-from specwatch.stats import plan_test, tv_distance
+from specwatch.stats import log_e_dirichlet_mixture, plan_test, tv_distance
 
 Statistic = Callable[[NDArray[np.int64], NDArray[np.float64], float], float]
 
@@ -334,6 +334,132 @@ def test_an_undesigned_check_rejects_while_the_designed_ones_have_not_all_passed
     result = run_case(_case(experiment), experiment, SuiteConfig(), 100)
     assert (result.verdict, result.early_pass) == (Verdict.FAIL, False)
     assert result.headline == "lossless/u0"
+
+
+# ------------------------------------------------------------------------------------ held by evidence
+
+LOG_T = math.log(1e6)  # ln T of a run of 100 checks at alpha = 1e-4; the hold level is a third of it, 4.61
+
+#: Synthetic batch-end paths of a case: per check (name, pass flags or None when not watched, ln E path), and the
+#: first batch end at which the case may stop early (None: it runs to its cap).
+PATHS = [
+    (
+        "clean: stops when the last designed check passes",
+        [("d0", [0, 1, 1, 1], [0.1, -0.5, 0.2, 0.0]), ("d1", [0, 0, 1, 1], [0.3, 0.0, -1.0, 0.4])],
+        2,
+    ),
+    ("an undesigned check below T^(1/3) does not hold", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 4.6, 4.0])], 2),
+    ("an undesigned check at T^(1/3) holds", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 4.62, 4.0])], None),
+    (
+        "an undesigned check past T^(1/3) before the pass holds to the cap",
+        [("d0", [0, 1, 1, 1], [0.0] * 4), ("u0", None, [7.0, 9.0, 10.6, 11.0])],
+        None,
+    ),
+    (
+        "the hold is sticky: evidence that falls back still holds",
+        [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [5.0, 2.0, 1.0, 0.0])],
+        None,
+    ),
+    ("a designed check that passed but holds evidence holds", [("d0", [0, 1, 1, 1], [0.0, 5.0, 0.0, 0.0])], None),
+    (
+        "the hold reads the evidence at the same look as the pass",
+        [("d0", [0, 1, 1, 1], [0.0] * 4), ("u0", None, [0.0, 4.7, 0.0, 0.0])],
+        None,
+    ),
+    ("a designed check that never passes", [("d0", [0, 0, 0, 0], [0.0] * 4), ("d1", [1, 1, 1, 1], [0.0] * 4)], None),
+    ("no watched check: no early pass", [("u0", None, [0.0] * 4)], None),
+]
+
+
+def _first_stop(checks: list[tuple[str, list[int] | None, list[float]]]) -> int | None:
+    """The first batch end at which :func:`early_pass.may_stop_early` lets the case stop, fed the running maxima."""
+    for look in range(len(checks[0][2])):
+        passed = [bool(flags[look]) for _, flags, _ in checks if flags is not None]
+        running = [max(path[: look + 1]) for _, _, path in checks]
+        if early_pass.may_stop_early(passed, running, LOG_T):
+            return look
+    return None
+
+
+@pytest.mark.parametrize(("name", "checks", "stop"), PATHS, ids=[p[0] for p in PATHS])
+def test_the_stopping_rule_on_synthetic_paths(name: str, checks: list[tuple[str, list[int] | None, list[float]]], stop: int | None) -> None:
+    """Stop at the first batch end where every watched check passed and no check's e-process has ever reached
+    T^(1/3)."""
+    assert _first_stop(checks) == stop
+
+
+def test_the_hold_is_at_the_cube_root_of_the_threshold() -> None:
+    assert early_pass.holds_evidence(LOG_T / 3, LOG_T)
+    assert not early_pass.holds_evidence(LOG_T / 3 - 1e-9, LOG_T)
+    assert not early_pass.may_stop_early([], [], LOG_T)
+    assert early_pass.may_stop_early([True], [LOG_T / 3 - 1e-9], LOG_T)
+
+
+def test_a_clean_check_rarely_holds() -> None:
+    """Under the null the e-process reaches T^(1/3) with probability at most T^(-1/3) (Ville): at T = 1e3 (hold at
+    E >= 10), 400 null paths of 8 cells watched at 32 looks hold at most 0.1 of the time (with binomial slack)."""
+    rng = np.random.default_rng(7)
+    p0 = np.full(8, 1 / 8)
+    log_t = math.log(1e3)
+    held = 0
+    for _ in range(400):
+        counts = np.zeros(8, dtype=np.int64)
+        running = -math.inf
+        for _ in range(32):
+            counts += rng.multinomial(64, p0)
+            running = max(running, log_e_dirichlet_mixture(counts, p0))
+        held += early_pass.holds_evidence(running, log_t)
+    assert held <= stats.binom.ppf(1 - 1e-4, 400, 0.1)
+
+
+def test_a_case_does_not_pass_early_while_an_undesigned_check_holds_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean designed check of 8 cells and an undesigned 64-cell check at TV 0.165 (above the case's epsilon, below
+    what it always rejects by the time the designed check passes): with the hold every one of 20 seeds fails, the case
+    running on until the undesigned check rejects; without it (the hold turned off), some pass early."""
+    uniform64 = np.full(64, 1 / 64)
+    experiment = _LawExperiment([(UNIFORM8, UNIFORM8)], [(uniform64, _proportional(uniform64, 0.165))])
+    held = [run_case(_case(experiment), experiment, SuiteConfig(seed=seed), 100) for seed in range(20)]
+    assert all((r.verdict, r.headline, r.early_pass) == (Verdict.FAIL, "lossless/u0", False) for r in held)
+    monkeypatch.setattr(early_pass, "HOLD_FRACTION", math.inf)
+    free = [run_case(_case(experiment), experiment, SuiteConfig(seed=seed), 100) for seed in range(20)]
+    assert sum(r.early_pass for r in free) >= 3
+    assert all("not designed at TV 0.1 (no power claim): lossless/u0" in r.reason for r in free if r.verdict == Verdict.PASS)
+
+
+class _Phased(_LawExperiment):
+    """A clean designed check of 8 cells and an undesigned Bernoulli(1/2) check whose law is off by ``shift`` for the
+    first ``until`` trials, then exact: its evidence rises, then falls back."""
+
+    def __init__(self, shift: float, until: int) -> None:
+        half = np.array([0.5, 0.5])
+        super().__init__([(UNIFORM8, UNIFORM8)], [(half, half)])
+        self.bug, self.until, self.seen = np.array([0.5 + shift, 0.5 - shift]), until, 0
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        obs = super().run(n, generator)
+        if self.seen < self.until:
+            rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
+            obs.counts["lossless/u0"] = rng.multinomial(n, self.bug)
+        self.seen += n
+        return obs
+
+
+def test_a_pass_at_the_cap_names_the_check_that_held_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The undesigned check's e-process passed T^(1/3) during its bad phase, then fell back below it: the hold is
+    sticky, so the case runs to its cap, passes there and names the check; without the hold it passes early."""
+    result = run_case(_case(_Phased(0.1, 480)), _Phased(0.1, 480), SuiteConfig(seed=0), 100)
+    assert (result.verdict, result.early_pass, result.n_trials) == (Verdict.PASS, False, result.trial_cap)
+    held = next(c for c in result.checks if c.name == "lossless/u0")
+    assert held.log_e_value is not None
+    assert held.log_e_value >= LOG_T / 3
+    assert held.stopped_log_e_value is not None
+    assert held.stopped_log_e_value < LOG_T / 3
+    assert f"; no early pass: lossless/u0 (log E {held.log_e_value:.1f}) reached the hold level log E 4.6" in result.reason
+    assert result.reason.endswith("; not designed at TV 0.1 (no power claim): lossless/u0")
+    monkeypatch.setattr(early_pass, "HOLD_FRACTION", math.inf)
+    free = run_case(_case(_Phased(0.1, 480)), _Phased(0.1, 480), SuiteConfig(seed=0), 100)
+    assert (free.verdict, free.early_pass) == (Verdict.PASS, True)
+    assert "no early pass" not in free.reason
 
 
 def test_no_early_pass_reaches_the_suite_and_check_passes_it_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
