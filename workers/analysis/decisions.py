@@ -61,6 +61,9 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
       the runs are independent, so the product is an e-value and Markov bounds the crossing by 1 / (T1 T2);
     - a check of ``layer`` that rejected in both runs (running maxima past T1 and T2): by Ville's inequality
       and independence at most 1 / (T1 T2).
+    A certain violation in ``first`` (stopped e-value None) is not an infinite factor: it is confirmed only by
+    a certain violation of ``layer`` in the rerun or a check of ``layer`` rejecting there on its own (running
+    maximum or stopped e-value past T2); a clean rerun confirms nothing.
     Under the null of ``layer`` an alert of a case is thus confirmed with probability at most
     2 m_L / (T1 T2), m_L being the case's checks of that layer; with T = m / alpha (m >= m_L checks in the
     run) at most 2 alpha^2 / m per case. References: Ville 1939; Vovk & Wang 2021 (products of independent
@@ -76,12 +79,15 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
         if check.layer != layer or check.name not in before:
             continue
         earlier = before[check.name]
-        if earlier.rejected and check.rejected:
-            return check.name
-        log_product = (
-            math.inf if earlier.stopped_log_e is None or check.stopped_log_e is None else earlier.stopped_log_e + check.stopped_log_e
-        )
-        if log_product >= budget:
+        if check.stopped_log_e is None or (earlier.rejected and check.rejected):
+            return check.name  # refuted with certainty in the rerun, or rejected in both runs
+        if earlier.stopped_log_e is None:
+            # A certain violation in the first run has no finite e-value to multiply: the rerun must reject on
+            # its own (running maximum or stopped e-value past its own threshold); a clean rerun confirms nothing.
+            if check.rejected or check.stopped_log_e >= again.log_threshold:
+                return check.name
+            continue
+        if earlier.stopped_log_e + check.stopped_log_e >= budget:
             return check.name
     return None
 

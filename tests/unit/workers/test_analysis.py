@@ -50,6 +50,23 @@ def test_confirmation_multiplies_the_same_checks_stopped_e_values():
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
 
 
+def test_a_certain_violation_is_not_confirmed_by_a_clean_rerun():
+    """A certain refutation in the first run (stopped e-value None) used to count as an infinite factor, so any
+    rerun confirmed it, a clean one included (docs/statistics.md section 8 asks for evidence in the rerun)."""
+    first = _case(("lossless/pos1", "lossless", True, None), certain=frozenset({"lossless"}))
+    clean = _case(("lossless/pos1", "lossless", False, 0.3), ("lossless/pos2", "lossless", False, 2.0))
+    assert confirmation(first, clean, "lossless") is None
+    # Evidence just short of the rerun's own threshold does not confirm either; at the threshold it does.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, T / 2)), "lossless") is None
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, T)), "lossless") == "lossless/pos1"
+    # A rejection or a certain violation of the layer in the rerun confirms it.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", True, 1.0)), "lossless") == "lossless/pos1"
+    assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
+    # A certain violation of another layer in the rerun does not.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1.0), certain=frozenset({"conformance"})), "lossless") is None
+
+
 def test_running_maxima_are_not_multiplied():
     """The old rule multiplied the case-level running maxima (1e7 x 1e5 >= 1e12): a rerun whose check wandered
     up to 1e5 and ended at 0.01 confirmed. Its stopped value does not, and it never rejected."""
