@@ -201,6 +201,10 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
     input make an EXCEPTION (a finding about the sampler, not a broken commit); else failing cases whose
     losslessness holds but whose conformance fails (the K law or the residual law) make a PERFORMANCE
     regression. A passing run calls for nothing (None, []).
+
+    The cases are every failing case, worst first (lossless, raised, conformance only): the kind is the worst
+    one's, and a case that raised (or failed conformance only) beside a lossy one is still named, so that it is
+    confirmed, alerted and set aside like the rest instead of going unreported.
     """
     if run_status == "error":
         return AlertKind.broken, []
@@ -210,12 +214,10 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
     if run_status != "failed" or not failing:
         return None, []
     lossy = [c.case_id for c in failing if c.lossless is False]
-    if lossy:
-        return AlertKind.violation, lossy
-    raised = [c.case_id for c in failing if c.raised]
-    if raised:
-        return AlertKind.exception, raised
-    return AlertKind.performance, [c.case_id for c in failing]
+    raised = [c.case_id for c in failing if c.raised and c.lossless is not False]
+    slower = [c.case_id for c in failing if c.case_id not in lossy and c.case_id not in raised]
+    kind = AlertKind.violation if lossy else AlertKind.exception if raised else AlertKind.performance
+    return kind, [*lossy, *raised, *slower]
 
 
 _GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")

@@ -17,7 +17,7 @@ from service.history import open_alerts, previous_tested_run
 from service.models import AlertKind, CaseResult, Run, Verdict
 from service.models.entries import RAISED, FailureEntry, RaisedEntry, TestedEntry, UninstallableEntry, alert_entries
 from workers.analysis.context import load_cases
-from workers.analysis.decisions import LOSSLESS, CaseOutcome
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CaseOutcome
 
 
 def raised(case: CaseResult) -> bool:
@@ -69,7 +69,7 @@ def uninstallable_entry(run: Run) -> UninstallableEntry:
 
 def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
     """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit."""
-    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.performance])
+    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.exception, AlertKind.performance])
     return {(e["case_id"], e["reason"]) for alert in alerts for e in alert_entries(alert.cases)}
 
 
@@ -81,29 +81,31 @@ def new_failures(
     Known: a case that an open alert of the branch names, or one in ``explained`` (a known finding explains its
     failure here, :mod:`workers.analysis.findings`). A known case keeps failing until its alert resolves, and
     counting it again would make every later regression's bisection land on the old first bad commit (merged
-    quietly into the old alert). New lossless
-    failures make a VIOLATION; else new raised cases an EXCEPTION; else new conformance-only failures a
-    PERFORMANCE regression.
+    quietly into the old alert). Exceptions are set aside as violations are: a case that raised is known while an
+    open alert (of any kind) names it as raised. New lossless failures make a VIOLATION; else new raised cases an
+    EXCEPTION; else new conformance-only failures a PERFORMANCE regression. Every new failing case is returned
+    (worst first), whatever the kind: a case that raised beside a lossy one is new or known, never dropped.
     """
     known = known_failures(session, run)
     failing = sorted((c for c in cases.values() if c.verdict is Verdict.FAIL), key=lambda c: c.case_id)
     # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
-    # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
+    # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news, and so
+    # is a case known lossy that now raises (another failure).
     fresh = [
         c
         for c in failing
-        if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known and c.case_id not in explained
+        if (c.case_id, failure_reason(c)) not in known
+        and not (failure_reason(c) == CONFORMANCE and (c.case_id, LOSSLESS) in known)
+        and c.case_id not in explained
     ]
     already = [c.case_id for c in failing if c not in fresh]
-    lossy = [c.case_id for c in fresh if failure_reason(c) == LOSSLESS]
-    if lossy:
-        return AlertKind.violation, lossy, already
-    exceptions = [c.case_id for c in fresh if failure_reason(c) == RAISED]
-    if exceptions:
-        return AlertKind.exception, exceptions, already
-    if fresh:
-        return AlertKind.performance, [c.case_id for c in fresh], already
-    return None, [], already
+    order: tuple[FailureReason, ...] = ("lossless", "raised", "conformance")
+    ranked = sorted(fresh, key=lambda c: order.index(failure_reason(c)))
+    if not ranked:
+        return None, [], already
+    worst = failure_reason(ranked[0])
+    kind = AlertKind.violation if worst == LOSSLESS else AlertKind.exception if worst == RAISED else AlertKind.performance
+    return kind, [c.case_id for c in ranked], already
 
 
 def unchanged_cases(session: Session, run: Run, cases: dict[str, CaseResult]) -> list[str]:

@@ -170,3 +170,60 @@ def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed
         events = list(session.scalars(select(Notification.event).where(Notification.run_id == primary).order_by(Notification.id)))
         assert events == ["confirming", "failure"]
         assert len(_alerts(session)) == 1
+
+
+def _raise_in(session: Session, run_id: int, case_id: str, error: str = "RuntimeError: probability tensor contains inf") -> None:
+    """Make ``case_id`` of run ``run_id`` a case whose target raised on a valid input (a failing case, layers unmeasured)."""
+    case = session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == case_id)).one()
+    case.verdict, case.lossless, case.conformance = Verdict.FAIL, None, None
+    case.details = {"failure": "raised", "reason": f"{error}\nTraceback ..."}
+    session.get_one(Run, run_id).status = RunStatus.failed
+    session.flush()
+
+
+def test_a_case_that_raised_beside_a_lossy_one_is_alerted_then_set_aside(backend_factory: sessionmaker[Session]) -> None:
+    """Commit 2: A lossy and B raised: both are new and both are in the alert (B was in neither ``failing`` nor
+    ``known_failing``). Commits 3 and 4 fail the same way: nothing new, both known (an exception counted as new at
+    every commit). Commit 5: B alone raises, A passes: still known, nothing new."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib7", 5)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        reports = []
+        for commit, failing in zip(commits[1:], [{A, B}, {A, B}, {A, B}, {B}], strict=True):
+            run_id = _run(session, commit, failing)
+            _raise_in(session, run_id, B)
+            reports.append(analyse(session, run_id, config=CONFIG, now=NOW))
+
+        (alert,) = _alerts(session)
+        assert (alert.kind, alert.first_bad_commit_id) == (AlertKind.violation, commits[1].id)
+        assert [(e["case_id"], e["reason"]) for e in alert.cases] == [(A, "lossless"), (B, "raised")]
+        assert [r.kind for r in reports] == ["violation", None, None, None]
+        runs = {r.id: r for r in session.scalars(select(Run))}
+        analyses = [runs[r.run_id].analysis or {} for r in reports]
+        assert (analyses[0]["failing"], analyses[0]["known_failing"]) == ([A, B], [])
+        assert [(a["failing"], a["known_failing"]) for a in analyses[1:]] == [([], [A, B]), ([], [A, B]), ([], [B])]
+
+
+def test_an_exception_alert_is_not_new_at_every_commit(backend_factory: sessionmaker[Session]) -> None:
+    """A case that raised opens an EXCEPTION alert once; the same case raising at later commits is known."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib8", 4)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        kinds = []
+        for commit in commits[1:]:
+            run_id = _run(session, commit, {A})
+            _raise_in(session, run_id, A)
+            kinds.append(analyse(session, run_id, config=CONFIG, now=NOW).kind)
+        assert kinds == ["exception", None, None]
+        (alert,) = _alerts(session)
+        assert (alert.kind, alert.first_bad_commit_id, alert.state) == (AlertKind.exception, commits[1].id, AlertState.open)
+
+
+def test_a_known_lossy_case_that_now_raises_is_new(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib9", 3)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)
+        run_id = _run(session, commits[2], {A})
+        _raise_in(session, run_id, A)
+        assert analyse(session, run_id, config=CONFIG, now=NOW).kind == "exception"

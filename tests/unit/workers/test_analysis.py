@@ -111,7 +111,8 @@ def test_a_target_that_raised_is_its_own_kind():
     cases = [CaseOutcome("a", "fail", None, None, raised=True), CaseOutcome("b", "pass", True, True)]
     assert classify("failed", cases) == (AlertKind.exception, ["a"])
     lossy = [*cases, CaseOutcome("c", "fail", False, False)]
-    assert classify("failed", lossy) == (AlertKind.violation, ["c"])  # a lossless failure is worse news
+    # A lossless failure is worse news (the kind), and the case that raised beside it is still named.
+    assert classify("failed", lossy) == (AlertKind.violation, ["c", "a"])
     assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (AlertKind.performance, ["d"])
     assert classify("error", cases) == (AlertKind.broken, [])
 
