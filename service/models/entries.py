@@ -47,6 +47,10 @@ class TestedEntry(TypedDict):
     acceptance_observed: NotRequired[float | None]
     acceptance_expected: NotRequired[float | None]
     n_trials: NotRequired[int | None]
+    # What identifies the failure beyond its case (workers.analysis.decisions.Signature), and for a new failure of
+    # a case that was already failing, the signature it replaces (its search stays where the case was failing).
+    signature: NotRequired[dict[str, Any]]
+    supersedes: NotRequired[dict[str, Any]]
     # Set once a rerun with fresh seeds confirmed it: which check (or "certain violation") and the rerun's figures.
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
@@ -60,6 +64,8 @@ class RaisedEntry(TypedDict):
     case_id: str
     reason: Literal["raised"]
     error: str
+    signature: NotRequired[dict[str, Any]]
+    supersedes: NotRequired[dict[str, Any]]
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
     confirmation_verdict: NotRequired[str]

@@ -93,6 +93,49 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
 
 
 @dataclass(frozen=True)
+class Signature:
+    """What identifies a case's failure beyond the case: how a failure is told from another one in the same case.
+
+    ``reason``: the layer refuted, or ``raised``; ``check``: the check that failed (its name carries the layer and
+    the position or order it tests: ``lossless/pos3``, ``conformance/K``), or the exception's type; ``evidence``:
+    ``certain`` (an observation impossible under the exact law), ``statistical`` (an e-value past its threshold)
+    or ``exception``; ``tv``: the headline check's TV interval (None: not measured).
+    """
+
+    reason: str
+    check: str | None
+    evidence: str
+    tv: tuple[float, float] | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"reason": self.reason, "check": self.check, "evidence": self.evidence, "tv": list(self.tv) if self.tv else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Signature:
+        tv = data.get("tv")
+        pair = (float(tv[0]), float(tv[1])) if isinstance(tv, list | tuple) and len(tv) == 2 else None
+        check = data.get("check")
+        return cls(str(data.get("reason", "")), None if check is None else str(check), str(data.get("evidence", "")), pair)
+
+
+def signatures_differ(new: Signature, old: Signature) -> bool:
+    """Is ``new`` another failure than ``old`` of the same case (a new regression, not the standing one)?
+
+    Yes when the layer differs (or the target raises where it refuted a law, or the reverse), when another check
+    failed (another position or order), when the evidence changed kind (certain to statistical or back), or when
+    both TV intervals were measured and are disjoint (the same bug's intervals from two runs overlap, each holding
+    the true distance with its coverage). An unknown check on either side is not a difference.
+    """
+    if new.reason != old.reason or new.evidence != old.evidence:
+        return True
+    if new.check is not None and old.check is not None and new.check != old.check:
+        return True
+    if new.tv is not None and old.tv is not None:
+        return new.tv[1] < old.tv[0] or old.tv[1] < new.tv[0]
+    return False
+
+
+@dataclass(frozen=True)
 class AcceptanceSample:
     """Mean accepted drafts per trial over ``trials`` trials, each in [0, gamma] (gamma: the per-trial range B)."""
 

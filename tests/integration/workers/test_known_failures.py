@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Any
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -227,3 +229,86 @@ def test_a_known_lossy_case_that_now_raises_is_new(backend_factory: sessionmaker
         run_id = _run(session, commits[2], {A})
         _raise_in(session, run_id, A)
         assert analyse(session, run_id, config=CONFIG, now=NOW).kind == "exception"
+
+
+def _fail_as(session: Session, run_id: int, *, certain: bool, tv: tuple[float, float], check: str = "lossless/pos1") -> None:
+    """Give case A of run ``run_id`` a failure signature: its headline check, certain or statistical, its TV interval."""
+    case = session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == A)).one()
+    case.verdict, case.lossless, case.conformance = Verdict.FAIL, False, False
+    case.tv_low, case.tv_high = tv
+    case.details = {"headline": check, "certain": ["lossless"] if certain else [], "failure": "lossless"}
+    if certain:
+        case.log_e_value = None
+    session.get_one(Run, run_id).status = RunStatus.failed
+    session.flush()
+
+
+def _primary(session: Session, commit: Commit, **signature: Any) -> int:
+    run_id = _run(session, commit, {A})
+    _fail_as(session, run_id, **signature)
+    return run_id
+
+
+CERTAIN = {"certain": True, "tv": (0.01, 0.2)}
+STATISTICAL = {"certain": False, "tv": (0.40, 0.52)}
+
+
+def _bisect_at(session: Session, report_queued: list[int], commit: Commit, **signature: Any) -> list[int]:
+    """Finish the search's queued run of ``commit`` with ``signature`` (or passing when empty) and analyse it."""
+    (run_id,) = report_queued
+    run = session.get_one(Run, run_id)
+    assert (run.commit_id, run.purpose) == (commit.id, RunPurpose.bisection)
+    for case_id in (A, B):
+        session.add(CaseResult(run_id=run_id, case_id=case_id, verdict=Verdict.PASS, lossless=True, conformance=True, threshold=THRESHOLD))
+    run.status = RunStatus.passed
+    session.flush()
+    if signature:
+        _fail_as(session, run_id, **signature)
+    return analyse(session, run_id, config=CONFIG, now=NOW).queued
+
+
+@pytest.mark.parametrize(("at_3", "first_bad"), [(CERTAIN, 4), (STATISTICAL, 3)])
+def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
+    backend_factory: sessionmaker[Session], at_3: dict[str, Any], first_bad: int
+) -> None:
+    """The issue's replay: A fails with a certain violation from commit 2; commit 4 (commit 3 not tested) fails it
+    statistically with a TV interval far from the first one, a new bug in the same case. It was set aside as
+    "already in the open alert" (matched by case and reason). Now it is a new regression, searched within the range
+    where A was already failing: commit 3 failing the old way makes 4 the first bad commit, failing the new way 3."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, f"lib-sig-{first_bad}", 5)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _primary(session, commits[1], **CERTAIN), config=CONFIG, now=NOW)
+        report = analyse(session, _primary(session, commits[3], **STATISTICAL), config=CONFIG, now=NOW)
+        assert report.kind == "violation"
+        analysis = session.get_one(Run, report.run_id).analysis or {}
+        assert (analysis["failing"], analysis["known_failing"]) == ([A], [])
+        assert analysis["supersedes"][A]["evidence"] == "certain"
+        assert _bisect_at(session, report.queued, commits[2], **at_3) == []
+
+        old, new = _alerts(session)
+        assert (old.first_bad_commit_id, old.state) == (commits[1].id, AlertState.open)
+        assert (new.kind, new.first_bad_commit_id) == (AlertKind.violation, commits[first_bad - 1].id)
+        assert new.last_good_commit_id == commits[first_bad - 2].id  # failing the old way: good for this search
+        (found,) = new.cases
+        assert (found["signature"]["evidence"], found["signature"]["tv"], found["supersedes"]["evidence"]) == (
+            "statistical",
+            [0.40, 0.52],
+            "certain",
+        )
+        # Commit 5 fails either way: both signatures are known, nothing new.
+        for signature in (CERTAIN, STATISTICAL, {"certain": False, "tv": (0.45, 0.6)}):
+            assert analyse(session, _primary(session, commits[4], **signature), config=CONFIG, now=NOW).kind is None
+
+
+def test_the_same_failure_with_an_overlapping_interval_stays_known(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-sig-same", 4)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _primary(session, commits[1], certain=False, tv=(0.1, 0.3)), config=CONFIG, now=NOW)
+        assert analyse(session, _primary(session, commits[2], certain=False, tv=(0.25, 0.35)), config=CONFIG, now=NOW).kind is None
+        # Another check (another position) of the same layer is another failure.
+        other = analyse(
+            session, _primary(session, commits[3], certain=False, tv=(0.25, 0.35), check="lossless/pos4"), config=CONFIG, now=NOW
+        )
+        assert other.kind == "violation"
