@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.queries import list_alerts
 from workers.analysis import AnalysisConfig, analyse
 from workers.notify import NotifyConfig
 
@@ -312,3 +313,38 @@ def test_the_same_failure_with_an_overlapping_interval_stays_known(backend_facto
             session, _primary(session, commits[3], certain=False, tv=(0.25, 0.35), check="lossless/pos4"), config=CONFIG, now=NOW
         )
         assert other.kind == "violation"
+
+
+def test_each_case_of_an_alert_is_fixed_at_its_own_commit(backend_factory: sessionmaker[Session]) -> None:
+    """A and B fail from commit 2; commit 3 fixes A (B still fails), commit 4 fixes B. The fix of A was silent (the
+    alert resolved only when every case passed in one run): it is now "fixed at" commit 3 in the alert, Slack and
+    the API, and the alert resolves at commit 4, its last case's fix."""
+    config = AnalysisConfig(confirm_failures=False, notify=NotifyConfig(slack=True))
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-fix", 4)
+        for commit, failing in zip(commits, [set(), {A, B}, {B}, set()], strict=True):
+            analyse(session, _run(session, commit, failing), config=config, now=NOW)
+        (alert,) = _alerts(session)
+        fixes = {e["case_id"]: (e.get("fixed_sha"), e.get("fixed_order")) for e in alert.cases}
+        assert fixes == {A: (commits[2].sha, 3), B: (commits[3].sha, 4)}
+        assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commits[3].id)
+        messages = list(session.scalars(select(Notification).where(Notification.alert_id == alert.id).order_by(Notification.id)))
+        assert [m.event for m in messages] == ["opened", "fixed", "resolved"]
+        fixed_text = str(messages[1].payload)
+        assert f"`{A}` fixed at `{commits[2].sha[:12]}`" in fixed_text
+        assert B not in fixed_text.split("fixed at", maxsplit=1)[0]  # B is not announced as fixed at commit 3
+        assert "1 case of this alert still fail" in fixed_text
+        assert f"`{B}` fixed at `{commits[3].sha[:12]}`" in str(messages[2].payload)
+        (row,) = list_alerts(session, target="lib-fix")
+        assert row.resolved_sha == commits[3].sha
+        assert [c.get("fixed_sha") for c in row.cases] == [commits[2].sha, commits[3].sha]
+
+
+def test_a_fixed_case_that_fails_again_is_no_longer_fixed(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-refail", 4)
+        for commit, failing in zip(commits, [set(), {A, B}, {B}, {A, B}], strict=True):
+            analyse(session, _run(session, commit, failing), config=CONFIG, now=NOW)
+        (alert,) = _alerts(session)
+        assert [e.get("fixed_sha") for e in alert.cases] == [None, None]
+        assert alert.state is AlertState.open
