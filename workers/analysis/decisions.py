@@ -96,8 +96,9 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
 class Signature:
     """What identifies a case's failure beyond the case: how a failure is told from another one in the same case.
 
-    ``reason``: the layer refuted, or ``raised``; ``check``: the check that failed (its name carries the layer and
-    the position or order it tests: ``lossless/pos3``, ``conformance/K``), or the exception's type; ``evidence``:
+    ``reason``: the layer refuted, or ``raised``; ``check``: the headline check (its name carries the layer and
+    the position or order it tests: ``lossless/pos3``, ``conformance/K``), or the exception's type; ``checks``: every
+    check of the layer that rejected (which one rejects first is chance when a bug moves several); ``evidence``:
     ``certain`` (an observation impossible under the exact law), ``statistical`` (an e-value past its threshold)
     or ``exception``; ``tv``: the headline check's TV interval (None: not measured).
     """
@@ -106,29 +107,42 @@ class Signature:
     check: str | None
     evidence: str
     tv: tuple[float, float] | None = None
+    checks: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, object]:
-        return {"reason": self.reason, "check": self.check, "evidence": self.evidence, "tv": list(self.tv) if self.tv else None}
+        return {
+            "reason": self.reason,
+            "check": self.check,
+            "checks": sorted(self.checks),
+            "evidence": self.evidence,
+            "tv": list(self.tv) if self.tv else None,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Signature:
         tv = data.get("tv")
         pair = (float(tv[0]), float(tv[1])) if isinstance(tv, list | tuple) and len(tv) == 2 else None
-        check = data.get("check")
-        return cls(str(data.get("reason", "")), None if check is None else str(check), str(data.get("evidence", "")), pair)
+        check, checks = data.get("check"), data.get("checks")
+        named = frozenset(str(c) for c in checks) if isinstance(checks, list | tuple) else frozenset()
+        return cls(str(data.get("reason", "")), None if check is None else str(check), str(data.get("evidence", "")), pair, named)
+
+    def failed_checks(self) -> frozenset[str]:
+        """The checks this failure names: those that rejected, else its headline."""
+        return self.checks or (frozenset({self.check}) if self.check else frozenset())
 
 
 def signatures_differ(new: Signature, old: Signature) -> bool:
     """Is ``new`` another failure than ``old`` of the same case (a new regression, not the standing one)?
 
-    Yes when the layer differs (or the target raises where it refuted a law, or the reverse), when another check
-    failed (another position or order), when the evidence changed kind (certain to statistical or back), or when
-    both TV intervals were measured and are disjoint (the same bug's intervals from two runs overlap, each holding
-    the true distance with its coverage). An unknown check on either side is not a difference.
+    Yes when the layer differs (or the target raises where it refuted a law, or the reverse), when other checks
+    failed (no check in common: another position or order), when the evidence changed kind (certain to statistical
+    or back), or when both TV intervals were measured and are disjoint (the same bug's intervals from two runs
+    overlap, each holding the true distance with its coverage). An unknown check on either side is not a difference.
     """
     if new.reason != old.reason or new.evidence != old.evidence:
         return True
-    if new.check is not None and old.check is not None and new.check != old.check:
+    now, before = new.failed_checks(), old.failed_checks()
+    if now and before and not now & before:
         return True
     if new.tv is not None and old.tv is not None:
         return new.tv[1] < old.tv[0] or old.tv[1] < new.tv[0]

@@ -48,8 +48,8 @@ def _first_line(case: CaseResult) -> str:
 
 def signature(case: CaseResult, reason: FailureReason | None = None) -> Signature:
     """A failing case's signature (:class:`workers.analysis.decisions.Signature`) for ``reason`` (its worst by
-    default): the exception's type for a case that raised; else the headline check, certain or statistical, and
-    the headline's TV interval."""
+    default): the exception's type for a case that raised; else the headline check and the checks of the layer
+    that rejected, certain or statistical, and the headline's TV interval."""
     reason = reason or failure_reason(case)
     details = case.details or {}
     if reason == RAISED:
@@ -57,7 +57,12 @@ def signature(case: CaseResult, reason: FailureReason | None = None) -> Signatur
     certain = reason in (details.get("certain") or ()) or ("certain" not in details and case.log_e_value is None)
     headline = details.get("headline")
     tv = (case.tv_low, case.tv_high) if case.tv_low is not None and case.tv_high is not None else None
-    return Signature(reason, str(headline) if headline else None, "certain" if certain else "statistical", tv)
+    rejected = frozenset(
+        str(c["name"])
+        for c in details.get("checks") or ()
+        if isinstance(c, dict) and c.get("rejected") and c.get("layer") == reason and "name" in c
+    )
+    return Signature(reason, str(headline) if headline else None, "certain" if certain else "statistical", tv, rejected)
 
 
 def entry(case: CaseResult, reason: FailureReason) -> FailureEntry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,10 +16,12 @@ from workers.analysis.decisions import (
     CheckEvidence,
     CommitOutcome,
     RunEvidence,
+    Signature,
     acceptance_drift,
     bisect,
     classify,
     confirmation,
+    signatures_differ,
 )
 from workers.analysis.history import TestedRun
 
@@ -207,3 +210,26 @@ def test_a_commit_that_could_not_be_installed_is_never_bad_in_a_bisection(status
     assert commit_outcome([TestedRun(1, status, None, {})], entries) is CommitOutcome.UNKNOWN
     # A later run of the commit that installed and passed decides instead.
     assert commit_outcome([TestedRun(1, status, None, {}), TestedRun(2, RunStatus.passed, None, {})], entries) is CommitOutcome.GOOD
+
+
+_STAT = Signature("lossless", "lossless/pos1", "statistical", (0.10, 0.30), frozenset({"lossless/pos1", "lossless/pos2"}))
+
+
+@pytest.mark.parametrize(
+    ("new", "differs"),
+    [
+        (_STAT, False),
+        (replace(_STAT, tv=(0.25, 0.5)), False),  # overlapping intervals: the same bug measured again
+        (replace(_STAT, tv=(0.40, 0.52)), True),  # disjoint: the distance itself moved
+        (replace(_STAT, evidence="certain"), True),  # statistical turned certain
+        (replace(_STAT, reason="conformance"), True),  # another layer
+        (replace(_STAT, check="lossless/pos2", checks=frozenset({"lossless/pos2"})), False),  # a shared rejecting check
+        (replace(_STAT, check="lossless/pos4", checks=frozenset({"lossless/pos4"})), True),  # another position
+        (replace(_STAT, check=None, checks=frozenset(), tv=None), False),  # nothing to compare: the same
+        (Signature("raised", "RuntimeError", "exception"), True),
+    ],
+)
+def test_how_two_signatures_of_a_case_are_compared(new: Signature, differs: bool) -> None:
+    assert signatures_differ(new, _STAT) is differs
+    assert signatures_differ(_STAT, new) is differs  # symmetric
+    assert Signature.from_dict(new.as_dict()) == new  # stored as JSON in alert entries
