@@ -311,7 +311,9 @@ def _attempt(claim: RunSpec, settings: WorkerSettings, folders: InstanceFolders,
                     dependencies_of=checkout if declared else None,
                 )
                 outcome = _run_suite(claim, command, scratch, settings, heartbeat)
-                return interpret(outcome, command, library_version=mirrors.describe(claim.repo_url, claim.sha), profile=profile.name)
+                # The version is the one the suite read from the checkout (library_version), never `git describe`:
+                # a short sha such as 53a1937 parses as a PEP 440 version. The commit's sha is kept beside it.
+                return interpret(outcome, command, library_version=None, profile=profile.name)
         except CheckoutError as exc:
             configuration = exc.configuration or exc.transient  # the remote is the target's, whatever the commit
             if exc.transient:  # the remote could not be reached: this commit's source could not be installed
@@ -443,7 +445,8 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
     """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error.
 
     The result file is read as :class:`~specwatch.protocol.RunResult` (:meth:`~specwatch.protocol.RunResult.from_json`
-    checks its ``schema``); one this worker cannot read makes the run an error that says why.
+    checks its ``schema``); one this worker cannot read makes the run an error that says why. The run's library
+    version is ``library_version`` (a release's own) or else the one the suite recorded from the library it tested.
     """
     unreadable = None
     try:
@@ -454,7 +457,7 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
     common: dict[str, Any] = {
         "log_tail": outcome.stderr_tail or None,
         "device": (result.device if result is not None else None) or command.device,
-        "library_version": library_version,
+        "library_version": library_version or (result.environment.get("library_version") if result is not None else None),
         "library_distribution": result.environment.get("library_distribution") if result is not None else None,
         "torch_version": result.environment.get("torch") if result is not None else None,
         "python_version": result.environment.get("python") if result is not None else None,

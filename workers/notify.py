@@ -18,8 +18,9 @@ payload, never logged: error texts are scrubbed of them.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -164,8 +165,11 @@ def slack_message(
     dashboard_url: str,
     findings: Mapping[str, FindingLink] | None = None,
     regressions: Mapping[str, FindingLink] | None = None,
+    *,
+    fixed: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The Block Kit message (and its text fallback) of an alert being opened or resolved; ``findings`` (by case
+    """The Block Kit message (and its text fallback) of an alert being opened, resolved, or partly fixed (``fixed``:
+    the cases that pass again, each "fixed at" its commit); ``findings`` (by case
     id) are the known findings that explain some of its cases, each linked beside its case; ``regressions`` the
     fixed findings that some of its cases bring back (the header then says "Regression of a fixed known finding")."""
     target, commit = alert.target, alert.first_bad_commit
@@ -180,7 +184,7 @@ def slack_message(
         AlertKind.uninstallable: "Could not install",
         AlertKind.configuration: "Configuration error",
     }[alert.kind]
-    verb = {"resolved": "Resolved", "reopened": "Reopened"}.get(event, "")
+    verb = {"resolved": "Resolved", "reopened": "Reopened", "fixed": "Partly fixed"}.get(event, "")
     # plain_text: Slack parses nothing in it, so it is only cut.
     if regressions:
         kind = f"Regression of a fixed known finding ({kind.lower()})"
@@ -207,6 +211,11 @@ def slack_message(
     ]
     if event == "resolved":
         blocks.append({"type": "section", "text": _md("The previously failing cases pass again on a later commit.")})
+        blocks.extend(_sections(_fixed_lines(alert), MAX_BLOCKS - 6))
+    elif event == "fixed":
+        still = [e for e in alert_entries(alert.cases) if not isinstance(e.get("fixed_sha"), str)]
+        blocks.extend(_sections(_fixed_lines(alert, fixed), MAX_BLOCKS - 7))
+        blocks.append({"type": "section", "text": _md(f"{len(still)} case{'s' if len(still) != 1 else ''} of this alert still fail.")})
     else:
         if event == "reopened":
             times = f"{alert.reopened_count} time{'s' if alert.reopened_count != 1 else ''}"
@@ -227,21 +236,35 @@ def slack_message(
     return {"text": text, "blocks": blocks[:MAX_BLOCKS]}
 
 
-def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str) -> int:
-    """An outbox row for Slack about ``alert`` (``opened``, ``resolved`` or ``reopened``); 0 when Slack is not configured.
+def _fixed_lines(alert: Alert, cases: Collection[str] | None = None) -> list[str]:
+    """One line per fixed case of ``alert`` (of ``cases`` only, when given): "`case` fixed at `sha`"."""
+    lines = []
+    for entry in alert_entries(alert.cases):
+        sha = entry.get("fixed_sha")
+        if isinstance(sha, str) and (cases is None or entry["case_id"] in cases):
+            lines.append(f"`{mrkdwn(entry['case_id'], 200)}` fixed at `{mrkdwn(sha[:12])}`")
+    return lines
+
+
+def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str, *, about: Sequence[str] = ()) -> int:
+    """An outbox row for Slack about ``alert`` (``opened``, ``resolved``, ``reopened``, or ``fixed``: its cases
+    ``about`` pass again while others still fail); 0 when Slack is not configured.
 
     The dedup key names the alert's life (its reopen count after the first): a reopened alert's next
-    resolution is a new message, not a duplicate of the first one.
+    resolution is a new message, not a duplicate of the first one; a ``fixed`` message names its cases.
     """
     if not config.slack:
         return 0
     life = f":{alert.reopened_count}" if alert.reopened_count else ""
+    cases = ":" + hashlib.sha256("\n".join(sorted(about)).encode()).hexdigest()[:16] if about else ""
     row = Notification(
-        dedup_key=f"alert:{alert.id}:{event}{life}:slack",
+        dedup_key=f"alert:{alert.id}:{event}{cases}{life}:slack",
         alert_id=alert.id,
         channel=NotificationChannel.slack,
         event=event,
-        payload=slack_message(alert, event, config.dashboard_url, alert_findings(session, alert), alert_regressions(session, alert)),
+        payload=slack_message(
+            alert, event, config.dashboard_url, alert_findings(session, alert), alert_regressions(session, alert), fixed=about
+        ),
         status=NotificationStatus.pending,
     )
     return add_notification(session, row)

@@ -47,6 +47,14 @@ class TestedEntry(TypedDict):
     acceptance_observed: NotRequired[float | None]
     acceptance_expected: NotRequired[float | None]
     n_trials: NotRequired[int | None]
+    # What identifies the failure beyond its case (workers.analysis.decisions.Signature), and for a new failure of
+    # a case that was already failing, the signature it replaces (its search stays where the case was failing).
+    signature: NotRequired[dict[str, Any]]
+    supersedes: NotRequired[dict[str, Any]]
+    # Set once the case passes again on a later commit (its own fix, whatever the alert's other cases do): the
+    # first such commit known, by sha and branch position.
+    fixed_sha: NotRequired[str]
+    fixed_order: NotRequired[int]
     # Set once a rerun with fresh seeds confirmed it: which check (or "certain violation") and the rerun's figures.
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
@@ -60,6 +68,10 @@ class RaisedEntry(TypedDict):
     case_id: str
     reason: Literal["raised"]
     error: str
+    signature: NotRequired[dict[str, Any]]
+    supersedes: NotRequired[dict[str, Any]]
+    fixed_sha: NotRequired[str]
+    fixed_order: NotRequired[int]
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
     confirmation_verdict: NotRequired[str]
@@ -88,6 +100,8 @@ class DriftEntry(TypedDict):
     # The range [0, B] of one trial's accepted drafts the test used; entries written before it say ``gamma``.
     per_trial_max: NotRequired[int]
     gamma: NotRequired[int]
+    fixed_sha: NotRequired[str]
+    fixed_order: NotRequired[int]
 
 
 @with_config(_STRICT)

@@ -39,6 +39,8 @@ class AlertRow:
     created_at: datetime | None
     acknowledged_at: datetime | None
     resolved_at: datetime | None
+    # The commit whose run resolved it (the one that fixed its last case); None while open or resolved by hand.
+    resolved_sha: str | None = None
     # The known findings that explain some of its cases, by case id (service.queries.findings).
     findings: dict[str, FindingLink] = field(default_factory=dict)
     # The fixed known findings that some of its cases bring back (a regression of each), by case id.
@@ -46,7 +48,11 @@ class AlertRow:
 
 
 def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
-    commit_ids = {a.first_bad_commit_id for a in alerts} | {a.last_good_commit_id for a in alerts if a.last_good_commit_id}
+    commit_ids = (
+        {a.first_bad_commit_id for a in alerts}
+        | {a.last_good_commit_id for a in alerts if a.last_good_commit_id}
+        | {a.resolved_by_commit_id for a in alerts if a.resolved_by_commit_id}
+    )
     commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(commit_ids)))} if commit_ids else {}
     targets = dict(session.execute(select(Target.id, Target.name)).all()) if alerts else {}
     matchers: dict[int, FindingMatcher] = {}
@@ -75,6 +81,7 @@ def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
                 created_at=alert.created_at,
                 acknowledged_at=alert.acknowledged_at,
                 resolved_at=alert.resolved_at,
+                resolved_sha=commits[alert.resolved_by_commit_id].sha if alert.resolved_by_commit_id in commits else None,
                 findings=alert_findings(session, alert, matchers[alert.target_id]),
                 regressions=alert_regressions(session, alert, matchers[alert.target_id]),
             )

@@ -38,6 +38,9 @@ KEY_MAX, TITLE_MAX, GLOB_MAX, VERSIONS_MAX, LINK_MAX, FIXED_IN_MAX, MAX_GLOBS = 
 DISTRIBUTION_MAX, MAX_DISTRIBUTIONS = 100, 10
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
+#: What ``git describe --tags --always`` prints: an abbreviated sha (with a hex letter: an all-digit string is
+#: a calendar version's shape), or ``TAG-N-gSHA``. Never a library version, even where PEP 440 parses it.
+_GIT_REVISION = re.compile(r"(?=[0-9]*[a-f])[0-9a-f]{7,64}|.+-[0-9]+-g[0-9a-f]{4,64}(-dirty)?")
 # A link is an http(s) URL or a path to a document of the repository with an optional anchor
 # (``docs/findings.md#universal-assisted-generation-...``): nothing a browser would run.
 _URL = re.compile(r"^https?://[^\s<>\"']+$")
@@ -85,8 +88,11 @@ class Finding:
         return self.versions is None and self.commit_from is None
 
     def covers_version(self, version: str | None) -> bool:
-        """Whether ``version`` is in :attr:`versions` (never when either is missing or ``version`` is not PEP 440)."""
-        if self.versions is None or not version:
+        """Whether ``version`` is in :attr:`versions` (never when either is missing or ``version`` is not PEP 440).
+
+        A git sha is not a version even where it parses as one (``53a1937``: release 53, alpha 1937): a run that
+        recorded a short sha or ``git describe`` output (``v4.41.2-3-g53a1937``) matches no range."""
+        if self.versions is None or not version or _GIT_REVISION.fullmatch(version.strip()):
             return False
         try:
             return SpecifierSet(self.versions).contains(Version(version), prereleases=True)

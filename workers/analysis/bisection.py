@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.models import FINISHED_STATUSES, AlertKind, Commit, Run, RunPurpose, RunStatus, Verdict
+from service.models import FINISHED_STATUSES, AlertKind, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
 from service.models.entries import RAISED, AlertEntry
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis, child_run, lock_run
-from workers.analysis.decisions import CONFORMANCE, CommitOutcome, bisect
+from workers.analysis.decisions import CONFORMANCE, CommitOutcome, Signature, bisect, signatures_differ
 from workers.analysis.drift import still_drifting
 from workers.analysis.history import TestedRun, load_branch
 from workers.analysis.state import BisectionState, RunAnalysis, load_analysis, load_bisection, store_bisection
-from workers.analysis.triage import raised
+from workers.analysis.triage import failure_reason, raised, signature
 
 
 def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> CommitOutcome | None:
@@ -29,7 +29,11 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> 
     The commit's latest finished run decides. Bad: one of the cases fails for its entry's reason (a lossless
     entry needs its losslessness to fail, not its conformance alone), or a drift case drifts from the
     baseline the alert measured it against. Unknown: the run is an error or uninstallable (the commit cannot
-    tell; an uninstallable commit is never counted as broken, let alone bad).
+    tell; an uninstallable commit is never counted as broken, let alone bad). An entry that ``supersedes`` an
+    earlier signature of its case (a new failure of a case that was already failing) is bad only where the case
+    fails with a signature other than the one it replaces: a commit where the case still fails the old way is
+    good for it, so its search runs within the range where the case was already failing and names the first
+    commit with the new signature.
     """
     finished = [r for r in runs if r.status in FINISHED_STATUSES]
     if not finished:
@@ -46,8 +50,17 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> 
             if case.verdict is Verdict.FAIL or still_drifting(entry, case):
                 return CommitOutcome.BAD
         elif case.verdict is Verdict.FAIL and (reason == CONFORMANCE or case.lossless is False or (reason == RAISED and raised(case))):
+            replaced = entry.get("supersedes")
+            if isinstance(replaced, dict) and not _another_failure(case, Signature.from_dict(replaced)):
+                continue  # the case fails here as it already did: not this regression
             return CommitOutcome.BAD
     return CommitOutcome.GOOD
+
+
+def _another_failure(case: CaseResult, replaced: Signature) -> bool:
+    """Does failing ``case`` fail otherwise than with ``replaced`` (its signature for the replaced one's reason)?"""
+    reason = failure_reason(case)
+    return reason != replaced.reason or signatures_differ(signature(case, reason), replaced)
 
 
 def start_bisection(

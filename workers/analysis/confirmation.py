@@ -18,7 +18,7 @@ from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
 from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, confirmation
 from workers.analysis.state import RunAnalysis, load_analysis
-from workers.analysis.triage import FailureReason, entry, failure_reason, raised
+from workers.analysis.triage import FailureReason, entry, failure_reason, raised, superseding
 from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ def failed_layers(case: CaseResult) -> list[FailureReason]:
 def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[AlertEntry]:
     """The alert entries of the parent's failing cases that the rerun confirms, each at its worst confirmed layer."""
     entries: list[AlertEntry] = []
-    for case_id in load_analysis(parent).failing:
+    analysis = load_analysis(parent)
+    for case_id in analysis.failing:
         before, rerun = evidence(first.get(case_id)), evidence(again.get(case_id))
         if before is None or rerun is None:
             continue
@@ -69,7 +70,7 @@ def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[st
             confirmed_by = confirmation(before, rerun, layer)
             if confirmed_by is None:
                 continue
-            found = entry(first[case_id], layer)
+            found = superseding(entry(first[case_id], layer), analysis)
             found["confirmed_by"] = confirmed_by
             found["confirmation_log_e_value"] = again[case_id].log_e_value
             found["confirmation_verdict"] = again[case_id].verdict.value

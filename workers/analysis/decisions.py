@@ -61,6 +61,9 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
       the runs are independent, so the product is an e-value and Markov bounds the crossing by 1 / (T1 T2);
     - a check of ``layer`` that rejected in both runs (running maxima past T1 and T2): by Ville's inequality
       and independence at most 1 / (T1 T2).
+    A certain violation in ``first`` (stopped e-value None) is not an infinite factor: it is confirmed only by
+    a certain violation of ``layer`` in the rerun or a check of ``layer`` rejecting there on its own (running
+    maximum or stopped e-value past T2); a clean rerun confirms nothing.
     Under the null of ``layer`` an alert of a case is thus confirmed with probability at most
     2 m_L / (T1 T2), m_L being the case's checks of that layer; with T = m / alpha (m >= m_L checks in the
     run) at most 2 alpha^2 / m per case. References: Ville 1939; Vovk & Wang 2021 (products of independent
@@ -76,14 +79,74 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
         if check.layer != layer or check.name not in before:
             continue
         earlier = before[check.name]
-        if earlier.rejected and check.rejected:
-            return check.name
-        log_product = (
-            math.inf if earlier.stopped_log_e is None or check.stopped_log_e is None else earlier.stopped_log_e + check.stopped_log_e
-        )
-        if log_product >= budget:
+        if check.stopped_log_e is None or (earlier.rejected and check.rejected):
+            return check.name  # refuted with certainty in the rerun, or rejected in both runs
+        if earlier.stopped_log_e is None:
+            # A certain violation in the first run has no finite e-value to multiply: the rerun must reject on
+            # its own (running maximum or stopped e-value past its own threshold); a clean rerun confirms nothing.
+            if check.rejected or check.stopped_log_e >= again.log_threshold:
+                return check.name
+            continue
+        if earlier.stopped_log_e + check.stopped_log_e >= budget:
             return check.name
     return None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What identifies a case's failure beyond the case: how a failure is told from another one in the same case.
+
+    ``reason``: the layer refuted, or ``raised``; ``check``: the headline check (its name carries the layer and
+    the position or order it tests: ``lossless/pos3``, ``conformance/K``), or the exception's type; ``checks``: every
+    check of the layer that rejected (which one rejects first is chance when a bug moves several); ``evidence``:
+    ``certain`` (an observation impossible under the exact law), ``statistical`` (an e-value past its threshold)
+    or ``exception``; ``tv``: the headline check's TV interval (None: not measured).
+    """
+
+    reason: str
+    check: str | None
+    evidence: str
+    tv: tuple[float, float] | None = None
+    checks: frozenset[str] = frozenset()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "reason": self.reason,
+            "check": self.check,
+            "checks": sorted(self.checks),
+            "evidence": self.evidence,
+            "tv": list(self.tv) if self.tv else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Signature:
+        tv = data.get("tv")
+        pair = (float(tv[0]), float(tv[1])) if isinstance(tv, list | tuple) and len(tv) == 2 else None
+        check, checks = data.get("check"), data.get("checks")
+        named = frozenset(str(c) for c in checks) if isinstance(checks, list | tuple) else frozenset()
+        return cls(str(data.get("reason", "")), None if check is None else str(check), str(data.get("evidence", "")), pair, named)
+
+    def failed_checks(self) -> frozenset[str]:
+        """The checks this failure names: those that rejected, else its headline."""
+        return self.checks or (frozenset({self.check}) if self.check else frozenset())
+
+
+def signatures_differ(new: Signature, old: Signature) -> bool:
+    """Is ``new`` another failure than ``old`` of the same case (a new regression, not the standing one)?
+
+    Yes when the layer differs (or the target raises where it refuted a law, or the reverse), when other checks
+    failed (no check in common: another position or order), when the evidence changed kind (certain to statistical
+    or back), or when both TV intervals were measured and are disjoint (the same bug's intervals from two runs
+    overlap, each holding the true distance with its coverage). An unknown check on either side is not a difference.
+    """
+    if new.reason != old.reason or new.evidence != old.evidence:
+        return True
+    now, before = new.failed_checks(), old.failed_checks()
+    if now and before and not now & before:
+        return True
+    if new.tv is not None and old.tv is not None:
+        return new.tv[1] < old.tv[0] or old.tv[1] < new.tv[0]
+    return False
 
 
 @dataclass(frozen=True)
@@ -195,6 +258,10 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
     input make an EXCEPTION (a finding about the sampler, not a broken commit); else failing cases whose
     losslessness holds but whose conformance fails (the K law or the residual law) make a PERFORMANCE
     regression. A passing run calls for nothing (None, []).
+
+    The cases are every failing case, worst first (lossless, raised, conformance only): the kind is the worst
+    one's, and a case that raised (or failed conformance only) beside a lossy one is still named, so that it is
+    confirmed, alerted and set aside like the rest instead of going unreported.
     """
     if run_status == "error":
         return AlertKind.broken, []
@@ -204,12 +271,10 @@ def classify(run_status: str, cases: Sequence[CaseOutcome]) -> tuple[AlertKind |
     if run_status != "failed" or not failing:
         return None, []
     lossy = [c.case_id for c in failing if c.lossless is False]
-    if lossy:
-        return AlertKind.violation, lossy
-    raised = [c.case_id for c in failing if c.raised]
-    if raised:
-        return AlertKind.exception, raised
-    return AlertKind.performance, [c.case_id for c in failing]
+    raised = [c.case_id for c in failing if c.raised and c.lossless is not False]
+    slower = [c.case_id for c in failing if c.case_id not in lossy and c.case_id not in raised]
+    kind = AlertKind.violation if lossy else AlertKind.exception if raised else AlertKind.performance
+    return kind, [*lossy, *raised, *slower]
 
 
 _GAMMA = re.compile(r"(?:^|/)g(\d+)(?:/|$)")

@@ -33,7 +33,7 @@ from workers.analysis.drift import drifting_cases
 from workers.analysis.findings import explained_failures, record_findings
 from workers.analysis.resolution import resolve_installed, resolve_recovered
 from workers.analysis.state import RunAnalysis
-from workers.analysis.triage import entry, failure_reason, new_failures, unchanged_cases, uninstallable_entry
+from workers.analysis.triage import entry, failure_reason, new_failures, superseding, unchanged_cases, uninstallable_entry
 from workers.notify import queue_commit_status
 
 #: Kinds decided at once: nothing to confirm (deterministic, or not a test result).
@@ -61,7 +61,7 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
         confirmation = child_run(ctx, run, commit, RunPurpose.confirmation, seed_attempt=run.seed_attempt + 1)
         analysis.confirmation_run_id = confirmation.id if confirmation else None
     elif kind is not None:
-        entries: list[AlertEntry] = [entry(cases[c], failure_reason(cases[c])) for c in analysis.failing]
+        entries: list[AlertEntry] = [superseding(entry(cases[c], failure_reason(cases[c])), analysis) for c in analysis.failing]
         start_bisection(ctx, run, kind, entries, analysis, confirmation=None)
     drifting = drifting_cases(session, run, cases, config)
     if drifting:
@@ -83,7 +83,9 @@ def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: Run
     if kind in (AlertKind.violation, AlertKind.performance, AlertKind.exception):
         analysis.findings = explained_failures(ctx.session, run, cases)
         explained = {case_id for case_ids in analysis.findings.values() for case_id in case_ids}
-        kind, analysis.failing, analysis.known_failing = new_failures(ctx.session, run, cases, explained)
+        triage = new_failures(ctx.session, run, cases, explained)
+        kind, analysis.failing, analysis.known_failing = triage.kind, triage.failing, triage.known_failing
+        analysis.supersedes = triage.supersedes
     if run.configuration_error:
         kind = AlertKind.configuration
     elif run.infrastructure_error:  # not the commit's code: an error on the run, the target's alert if it persists

@@ -4,12 +4,16 @@ its commit resolves the uninstallable alerts of that commit and the ones before 
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from sqlalchemy import select
 
 from service.history import open_alerts
-from service.models import Alert, AlertKind, AlertState, CaseResult, Run, RunStatus, Verdict
-from service.models.entries import alert_entries
+from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Verdict
+from service.models.entries import AlertEntry, alert_entries
 from workers.analysis.context import Analysis
 from workers.analysis.drift import still_drifting
+from workers.analysis.triage import raised
 from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
@@ -30,11 +34,68 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
     return True
 
 
+def _fails_again(entry: AlertEntry, case: CaseResult | None) -> bool:
+    """Does ``case`` fail the way ``entry`` says its case failed (its reason; a drift drifting still)?"""
+    if case is None:
+        return False
+    if entry["reason"] == "drift":
+        return case.verdict is Verdict.FAIL or still_drifting(entry, case)
+    if case.verdict is not Verdict.FAIL:
+        return False
+    return (
+        entry["reason"] == "conformance"
+        or (entry["reason"] == "lossless" and case.lossless is False)
+        or (entry["reason"] == "raised" and raised(case))
+    )
+
+
+def fixed_at(entry: AlertEntry) -> tuple[str, int] | None:
+    """The commit (sha, branch position) at which ``entry``'s case was seen fixed; None while it is not."""
+    sha, order = entry.get("fixed_sha"), entry.get("fixed_order")
+    return (sha, order) if isinstance(sha, str) and isinstance(order, int) else None
+
+
+def track_fixes(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> list[str]:
+    """Mark each case of ``alert`` that passes in ``run`` fixed at its commit (``fixed_sha``, ``fixed_order``: the
+    earliest such commit known), and unmark one that fails the same way again at or after its fix; the cases newly
+    fixed here. A case's fix is its own event, whatever its alert's other cases do."""
+    commit = run.commit
+    order = commit.branch_order or 0
+    before = alert_entries(alert.cases)
+    entries: list[dict[str, Any]] = [dict(e) for e in before]
+    fixed: list[str] = []
+    for typed, entry in zip(before, entries, strict=True):
+        case = cases.get(typed["case_id"])
+        at = fixed_at(typed)
+        if case is not None and case.verdict is Verdict.PASS and not _fails_again(typed, case):
+            if at is None or order < at[1]:
+                if at is None:
+                    fixed.append(typed["case_id"])
+                entry["fixed_sha"], entry["fixed_order"] = commit.sha, order
+        elif at is not None and order >= at[1] and _fails_again(typed, case):
+            del entry["fixed_sha"], entry["fixed_order"]  # it came back: not fixed after all
+    if entries != [dict(e) for e in before]:
+        alert.cases = alert_entries(entries)
+    return fixed
+
+
 def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
-    """Resolve the open alerts of the branch, begun before this commit, whose cases all pass in ``run``."""
+    """Track the fixes of the open alerts' cases of the branch, begun before this commit (:func:`track_fixes`);
+    announce each case fixed here, and resolve an alert once its last case is fixed (a broken commit's alert: once
+    a later commit is not broken)."""
     for alert in open_alerts(ctx.session, run.commit, at_commit=False, lock=True):
-        if alert.kind is not AlertKind.uninstallable and recovered(alert, run, cases):
+        if alert.kind is AlertKind.uninstallable:
+            continue
+        if alert.kind is AlertKind.broken or alert.kind is AlertKind.configuration:
+            if recovered(alert, run, cases):
+                resolve(ctx, alert, run)
+            continue
+        fixed = track_fixes(alert, run, cases)
+        if all(fixed_at(e) for e in alert_entries(alert.cases)):
             resolve(ctx, alert, run)
+        elif fixed:
+            ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "fixed", about=fixed)
+            log.info("alert_cases_fixed alert_id=%s cases=%s at=%s", alert.id, fixed, run.commit.sha)
 
 
 def resolve_installed(ctx: Analysis, run: Run) -> None:
@@ -46,8 +107,14 @@ def resolve_installed(ctx: Analysis, run: Run) -> None:
 
 
 def resolve(ctx: Analysis, alert: Alert, run: Run) -> None:
-    """Resolve ``alert`` by ``run``'s commit, with a "resolved" notification."""
+    """Resolve ``alert`` with a "resolved" notification: by the commit that fixed its last case (``run``'s
+    commit, or an earlier one a search found), else by ``run``'s commit."""
     commit = run.commit
+    fixes = [at for at in (fixed_at(e) for e in alert_entries(alert.cases)) if at is not None]
+    if fixes and len(fixes) == len(alert_entries(alert.cases)):
+        last, _ = max(fixes, key=lambda at: at[1])
+        found = ctx.session.scalars(select(Commit).where(Commit.target_id == alert.target_id, Commit.sha == last)).first()
+        commit = found or commit
     alert.state = AlertState.resolved
     alert.resolved_at = ctx.now
     alert.resolved_by_commit_id = commit.id

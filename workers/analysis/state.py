@@ -58,6 +58,7 @@ class RunAnalysis(BaseModel):
 
     ``kind``: the alert kind the run called for once known failures were set aside; ``failing`` its new failing
     cases and ``known_failing`` those already known (an open alert names them, or a known finding explains them);
+    ``supersedes``: for a new failure of a case already failing with another signature, the signature it replaces;
     ``findings``: the known findings that explain some of its failures (key: the cases); ``findings_fixed``: the
     findings seen fixed at this run (they explained failures of the previous tested run, whose cases pass here);
     ``unchanged_cases``: seeded outputs equal to the
@@ -72,6 +73,7 @@ class RunAnalysis(BaseModel):
     kind: AlertKind | None = None
     failing: list[str] = []
     known_failing: list[str] = []
+    supersedes: dict[str, dict[str, Any]] = {}
     findings: dict[str, list[str]] = {}
     findings_fixed: list[str] = []
     unchanged_cases: list[str] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sqlalchemy.orm import Session
@@ -17,7 +18,8 @@ from service.history import open_alerts, previous_tested_run
 from service.models import AlertKind, CaseResult, Run, Verdict
 from service.models.entries import RAISED, FailureEntry, RaisedEntry, TestedEntry, UninstallableEntry, alert_entries
 from workers.analysis.context import load_cases
-from workers.analysis.decisions import LOSSLESS, CaseOutcome
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CaseOutcome, Signature, signatures_differ
+from workers.analysis.state import RunAnalysis
 
 
 def raised(case: CaseResult) -> bool:
@@ -39,21 +41,58 @@ def failure_reason(case: CaseResult) -> FailureReason:
     return RAISED if raised(case) else "conformance"
 
 
-def entry(case: CaseResult, reason: FailureReason) -> FailureEntry:
-    """A failing case as an alert lists it (``Alert.cases``), with the figures of the run that found it."""
-    if reason == RAISED:  # the exception's first line (the case's reason holds its traceback too)
-        return RaisedEntry(case_id=case.case_id, reason=RAISED, error=str((case.details or {}).get("reason", "")).split("\n")[0][:500])
-    return TestedEntry(
-        case_id=case.case_id,
-        reason=reason,
-        e_value=case.e_value,
-        log_e_value=case.log_e_value,
-        threshold=case.threshold,
-        tv_estimate=case.tv_estimate,
-        acceptance_observed=case.acceptance_observed,
-        acceptance_expected=case.acceptance_expected,
-        n_trials=case.n_trials,
+def _first_line(case: CaseResult) -> str:
+    """The exception's first line (the case's reason holds its traceback too)."""
+    return str((case.details or {}).get("reason", "")).split("\n")[0][:500]
+
+
+def signature(case: CaseResult, reason: FailureReason | None = None) -> Signature:
+    """A failing case's signature (:class:`workers.analysis.decisions.Signature`) for ``reason`` (its worst by
+    default): the exception's type for a case that raised; else the headline check and the checks of the layer
+    that rejected, certain or statistical, and the headline's TV interval."""
+    reason = reason or failure_reason(case)
+    details = case.details or {}
+    if reason == RAISED:
+        return Signature(RAISED, _first_line(case).split(":")[0].strip() or None, "exception")
+    certain = reason in (details.get("certain") or ()) or ("certain" not in details and case.log_e_value is None)
+    headline = details.get("headline")
+    tv = (case.tv_low, case.tv_high) if case.tv_low is not None and case.tv_high is not None else None
+    rejected = frozenset(
+        str(c["name"])
+        for c in details.get("checks") or ()
+        if isinstance(c, dict) and c.get("rejected") and c.get("layer") == reason and "name" in c
     )
+    return Signature(reason, str(headline) if headline else None, "certain" if certain else "statistical", tv, rejected)
+
+
+def entry(case: CaseResult, reason: FailureReason) -> FailureEntry:
+    """A failing case as an alert lists it (``Alert.cases``), with the figures of the run that found it and its
+    signature."""
+    found: FailureEntry
+    if reason == RAISED:
+        found = RaisedEntry(case_id=case.case_id, reason=RAISED, error=_first_line(case))
+    else:
+        found = TestedEntry(
+            case_id=case.case_id,
+            reason=reason,
+            e_value=case.e_value,
+            log_e_value=case.log_e_value,
+            threshold=case.threshold,
+            tv_estimate=case.tv_estimate,
+            acceptance_observed=case.acceptance_observed,
+            acceptance_expected=case.acceptance_expected,
+            n_trials=case.n_trials,
+        )
+    found["signature"] = signature(case, reason).as_dict()
+    return found
+
+
+def superseding(found: FailureEntry, analysis: RunAnalysis) -> FailureEntry:
+    """``found`` with the signature it replaces when its case was already failing with another one."""
+    replaced = analysis.supersedes.get(found["case_id"])
+    if replaced is not None and found.get("signature", {}).get("reason") == replaced.get("reason"):
+        found["supersedes"] = replaced
+    return found
 
 
 #: What :func:`uninstallable_entry` reads the requirement from: ``could not install: REQUIREMENT (why...)``.
@@ -67,43 +106,75 @@ def uninstallable_entry(run: Run) -> UninstallableEntry:
     return UninstallableEntry(case_id="(install)", reason="uninstallable", requirement=found[1] if found else None, error=error[:500])
 
 
-def known_failures(session: Session, run: Run) -> set[tuple[str, str]]:
-    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit."""
-    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.performance])
-    return {(e["case_id"], e["reason"]) for alert in alerts for e in alert_entries(alert.cases)}
+def known_failures(session: Session, run: Run) -> dict[tuple[str, str], list[Signature | None]]:
+    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit, with
+    the signatures their entries recorded (None: an entry written before signatures, which any signature matches)."""
+    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.exception, AlertKind.performance])
+    known: dict[tuple[str, str], list[Signature | None]] = {}
+    for alert in alerts:
+        for e in alert_entries(alert.cases):
+            stored = e.get("signature")
+            known.setdefault((e["case_id"], e["reason"]), []).append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
+    return known
 
 
-def new_failures(
-    session: Session, run: Run, cases: dict[str, CaseResult], explained: Collection[str] = ()
-) -> tuple[AlertKind | None, list[str], list[str]]:
+@dataclass(frozen=True)
+class Triage:
+    """A run's failures once the known ones are set aside (:func:`new_failures`)."""
+
+    kind: AlertKind | None
+    failing: list[str]  # new, worst first
+    known_failing: list[str]
+    #: New failures of cases that an open alert already names with another signature: the signature they replace
+    #: (their search runs within the range where the case was already failing).
+    supersedes: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+def new_failures(session: Session, run: Run, cases: dict[str, CaseResult], explained: Collection[str] = ()) -> Triage:
     """The run's kind and failing cases once the known failures are set aside, and the known ones.
 
     Known: a case that an open alert of the branch names, or one in ``explained`` (a known finding explains its
     failure here, :mod:`workers.analysis.findings`). A known case keeps failing until its alert resolves, and
     counting it again would make every later regression's bisection land on the old first bad commit (merged
-    quietly into the old alert). New lossless
-    failures make a VIOLATION; else new raised cases an EXCEPTION; else new conformance-only failures a
-    PERFORMANCE regression.
+    quietly into the old alert). Exceptions are set aside as violations are: a case that raised is known while an
+    open alert (of any kind) names it as raised. New lossless failures make a VIOLATION; else new raised cases an
+    EXCEPTION; else new conformance-only failures a PERFORMANCE regression. Every new failing case is returned
+    (worst first), whatever the kind: a case that raised beside a lossy one is new or known, never dropped.
+
+    Known means known with the same signature: a case that an open alert names failing for the same reason, but
+    now with a signature that differs from every one recorded for it (:func:`~workers.analysis.decisions.signatures_differ`:
+    another check, certain turned statistical or back, a disjoint TV interval) is a new regression at this commit.
     """
     known = known_failures(session, run)
     failing = sorted((c for c in cases.values() if c.verdict is Verdict.FAIL), key=lambda c: c.case_id)
-    # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
-    # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news.
-    fresh = [
-        c
-        for c in failing
-        if (c.case_id, failure_reason(c)) not in known and (c.case_id, LOSSLESS) not in known and c.case_id not in explained
-    ]
+    fresh: list[CaseResult] = []
+    supersedes: dict[str, dict[str, object]] = {}
+    for c in failing:
+        reason = failure_reason(c)
+        if c.case_id in explained:
+            continue
+        # A known lossless failure covers the same case failing conformance only (a weak bug's lossless check can
+        # miss the threshold in one run while its conformance still fails); the reverse is new (worse) news, and
+        # so is a case known lossy that now raises (another failure).
+        if reason == CONFORMANCE and (c.case_id, LOSSLESS) in known:
+            continue
+        recorded = known.get((c.case_id, reason))
+        if recorded is None:
+            fresh.append(c)
+            continue
+        now = signature(c, reason)
+        if any(old is None or not signatures_differ(now, old) for old in recorded):
+            continue
+        fresh.append(c)
+        supersedes[c.case_id] = next(old for old in reversed(recorded) if old is not None).as_dict()
     already = [c.case_id for c in failing if c not in fresh]
-    lossy = [c.case_id for c in fresh if failure_reason(c) == LOSSLESS]
-    if lossy:
-        return AlertKind.violation, lossy, already
-    exceptions = [c.case_id for c in fresh if failure_reason(c) == RAISED]
-    if exceptions:
-        return AlertKind.exception, exceptions, already
-    if fresh:
-        return AlertKind.performance, [c.case_id for c in fresh], already
-    return None, [], already
+    order: tuple[FailureReason, ...] = ("lossless", "raised", "conformance")
+    ranked = sorted(fresh, key=lambda c: order.index(failure_reason(c)))
+    if not ranked:
+        return Triage(None, [], already)
+    worst = failure_reason(ranked[0])
+    kind = AlertKind.violation if worst == LOSSLESS else AlertKind.exception if worst == RAISED else AlertKind.performance
+    return Triage(kind, [c.case_id for c in ranked], already, supersedes)
 
 
 def unchanged_cases(session: Session, run: Run, cases: dict[str, CaseResult]) -> list[str]:

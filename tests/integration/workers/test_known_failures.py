@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Any
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.queries import list_alerts
 from workers.analysis import AnalysisConfig, analyse
 from workers.notify import NotifyConfig
 
@@ -170,3 +173,178 @@ def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed
         events = list(session.scalars(select(Notification.event).where(Notification.run_id == primary).order_by(Notification.id)))
         assert events == ["confirming", "failure"]
         assert len(_alerts(session)) == 1
+
+
+def _raise_in(session: Session, run_id: int, case_id: str, error: str = "RuntimeError: probability tensor contains inf") -> None:
+    """Make ``case_id`` of run ``run_id`` a case whose target raised on a valid input (a failing case, layers unmeasured)."""
+    case = session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == case_id)).one()
+    case.verdict, case.lossless, case.conformance = Verdict.FAIL, None, None
+    case.details = {"failure": "raised", "reason": f"{error}\nTraceback ..."}
+    session.get_one(Run, run_id).status = RunStatus.failed
+    session.flush()
+
+
+def test_a_case_that_raised_beside_a_lossy_one_is_alerted_then_set_aside(backend_factory: sessionmaker[Session]) -> None:
+    """Commit 2: A lossy and B raised: both are new and both are in the alert (B was in neither ``failing`` nor
+    ``known_failing``). Commits 3 and 4 fail the same way: nothing new, both known (an exception counted as new at
+    every commit). Commit 5: B alone raises, A passes: still known, nothing new."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib7", 5)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        reports = []
+        for commit, failing in zip(commits[1:], [{A, B}, {A, B}, {A, B}, {B}], strict=True):
+            run_id = _run(session, commit, failing)
+            _raise_in(session, run_id, B)
+            reports.append(analyse(session, run_id, config=CONFIG, now=NOW))
+
+        (alert,) = _alerts(session)
+        assert (alert.kind, alert.first_bad_commit_id) == (AlertKind.violation, commits[1].id)
+        assert [(e["case_id"], e["reason"]) for e in alert.cases] == [(A, "lossless"), (B, "raised")]
+        assert [r.kind for r in reports] == ["violation", None, None, None]
+        runs = {r.id: r for r in session.scalars(select(Run))}
+        analyses = [runs[r.run_id].analysis or {} for r in reports]
+        assert (analyses[0]["failing"], analyses[0]["known_failing"]) == ([A, B], [])
+        assert [(a["failing"], a["known_failing"]) for a in analyses[1:]] == [([], [A, B]), ([], [A, B]), ([], [B])]
+
+
+def test_an_exception_alert_is_not_new_at_every_commit(backend_factory: sessionmaker[Session]) -> None:
+    """A case that raised opens an EXCEPTION alert once; the same case raising at later commits is known."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib8", 4)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        kinds = []
+        for commit in commits[1:]:
+            run_id = _run(session, commit, {A})
+            _raise_in(session, run_id, A)
+            kinds.append(analyse(session, run_id, config=CONFIG, now=NOW).kind)
+        assert kinds == ["exception", None, None]
+        (alert,) = _alerts(session)
+        assert (alert.kind, alert.first_bad_commit_id, alert.state) == (AlertKind.exception, commits[1].id, AlertState.open)
+
+
+def test_a_known_lossy_case_that_now_raises_is_new(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib9", 3)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)
+        run_id = _run(session, commits[2], {A})
+        _raise_in(session, run_id, A)
+        assert analyse(session, run_id, config=CONFIG, now=NOW).kind == "exception"
+
+
+def _fail_as(session: Session, run_id: int, *, certain: bool, tv: tuple[float, float], check: str = "lossless/pos1") -> None:
+    """Give case A of run ``run_id`` a failure signature: its headline check, certain or statistical, its TV interval."""
+    case = session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == A)).one()
+    case.verdict, case.lossless, case.conformance = Verdict.FAIL, False, False
+    case.tv_low, case.tv_high = tv
+    case.details = {"headline": check, "certain": ["lossless"] if certain else [], "failure": "lossless"}
+    if certain:
+        case.log_e_value = None
+    session.get_one(Run, run_id).status = RunStatus.failed
+    session.flush()
+
+
+def _primary(session: Session, commit: Commit, **signature: Any) -> int:
+    run_id = _run(session, commit, {A})
+    _fail_as(session, run_id, **signature)
+    return run_id
+
+
+CERTAIN = {"certain": True, "tv": (0.01, 0.2)}
+STATISTICAL = {"certain": False, "tv": (0.40, 0.52)}
+
+
+def _bisect_at(session: Session, report_queued: list[int], commit: Commit, **signature: Any) -> list[int]:
+    """Finish the search's queued run of ``commit`` with ``signature`` (or passing when empty) and analyse it."""
+    (run_id,) = report_queued
+    run = session.get_one(Run, run_id)
+    assert (run.commit_id, run.purpose) == (commit.id, RunPurpose.bisection)
+    for case_id in (A, B):
+        session.add(CaseResult(run_id=run_id, case_id=case_id, verdict=Verdict.PASS, lossless=True, conformance=True, threshold=THRESHOLD))
+    run.status = RunStatus.passed
+    session.flush()
+    if signature:
+        _fail_as(session, run_id, **signature)
+    return analyse(session, run_id, config=CONFIG, now=NOW).queued
+
+
+@pytest.mark.parametrize(("at_3", "first_bad"), [(CERTAIN, 4), (STATISTICAL, 3)])
+def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
+    backend_factory: sessionmaker[Session], at_3: dict[str, Any], first_bad: int
+) -> None:
+    """The issue's replay: A fails with a certain violation from commit 2; commit 4 (commit 3 not tested) fails it
+    statistically with a TV interval far from the first one, a new bug in the same case. It was set aside as
+    "already in the open alert" (matched by case and reason). Now it is a new regression, searched within the range
+    where A was already failing: commit 3 failing the old way makes 4 the first bad commit, failing the new way 3."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, f"lib-sig-{first_bad}", 5)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _primary(session, commits[1], **CERTAIN), config=CONFIG, now=NOW)
+        report = analyse(session, _primary(session, commits[3], **STATISTICAL), config=CONFIG, now=NOW)
+        assert report.kind == "violation"
+        analysis = session.get_one(Run, report.run_id).analysis or {}
+        assert (analysis["failing"], analysis["known_failing"]) == ([A], [])
+        assert analysis["supersedes"][A]["evidence"] == "certain"
+        assert _bisect_at(session, report.queued, commits[2], **at_3) == []
+
+        old, new = _alerts(session)
+        assert (old.first_bad_commit_id, old.state) == (commits[1].id, AlertState.open)
+        assert (new.kind, new.first_bad_commit_id) == (AlertKind.violation, commits[first_bad - 1].id)
+        assert new.last_good_commit_id == commits[first_bad - 2].id  # failing the old way: good for this search
+        (found,) = new.cases
+        assert (found["signature"]["evidence"], found["signature"]["tv"], found["supersedes"]["evidence"]) == (
+            "statistical",
+            [0.40, 0.52],
+            "certain",
+        )
+        # Commit 5 fails either way: both signatures are known, nothing new.
+        for signature in (CERTAIN, STATISTICAL, {"certain": False, "tv": (0.45, 0.6)}):
+            assert analyse(session, _primary(session, commits[4], **signature), config=CONFIG, now=NOW).kind is None
+
+
+def test_the_same_failure_with_an_overlapping_interval_stays_known(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-sig-same", 4)
+        analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
+        analyse(session, _primary(session, commits[1], certain=False, tv=(0.1, 0.3)), config=CONFIG, now=NOW)
+        assert analyse(session, _primary(session, commits[2], certain=False, tv=(0.25, 0.35)), config=CONFIG, now=NOW).kind is None
+        # Another check (another position) of the same layer is another failure.
+        other = analyse(
+            session, _primary(session, commits[3], certain=False, tv=(0.25, 0.35), check="lossless/pos4"), config=CONFIG, now=NOW
+        )
+        assert other.kind == "violation"
+
+
+def test_each_case_of_an_alert_is_fixed_at_its_own_commit(backend_factory: sessionmaker[Session]) -> None:
+    """A and B fail from commit 2; commit 3 fixes A (B still fails), commit 4 fixes B. The fix of A was silent (the
+    alert resolved only when every case passed in one run): it is now "fixed at" commit 3 in the alert, Slack and
+    the API, and the alert resolves at commit 4, its last case's fix."""
+    config = AnalysisConfig(confirm_failures=False, notify=NotifyConfig(slack=True))
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-fix", 4)
+        for commit, failing in zip(commits, [set(), {A, B}, {B}, set()], strict=True):
+            analyse(session, _run(session, commit, failing), config=config, now=NOW)
+        (alert,) = _alerts(session)
+        fixes = {e["case_id"]: (e.get("fixed_sha"), e.get("fixed_order")) for e in alert.cases}
+        assert fixes == {A: (commits[2].sha, 3), B: (commits[3].sha, 4)}
+        assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commits[3].id)
+        messages = list(session.scalars(select(Notification).where(Notification.alert_id == alert.id).order_by(Notification.id)))
+        assert [m.event for m in messages] == ["opened", "fixed", "resolved"]
+        fixed_text = str(messages[1].payload)
+        assert f"`{A}` fixed at `{commits[2].sha[:12]}`" in fixed_text
+        assert B not in fixed_text.split("fixed at", maxsplit=1)[0]  # B is not announced as fixed at commit 3
+        assert "1 case of this alert still fail" in fixed_text
+        assert f"`{B}` fixed at `{commits[3].sha[:12]}`" in str(messages[2].payload)
+        (row,) = list_alerts(session, target="lib-fix")
+        assert row.resolved_sha == commits[3].sha
+        assert [c.get("fixed_sha") for c in row.cases] == [commits[2].sha, commits[3].sha]
+
+
+def test_a_fixed_case_that_fails_again_is_no_longer_fixed(backend_factory: sessionmaker[Session]) -> None:
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-refail", 4)
+        for commit, failing in zip(commits, [set(), {A, B}, {B}, {A, B}], strict=True):
+            analyse(session, _run(session, commit, failing), config=CONFIG, now=NOW)
+        (alert,) = _alerts(session)
+        assert [e.get("fixed_sha") for e in alert.cases] == [None, None]
+        assert alert.state is AlertState.open

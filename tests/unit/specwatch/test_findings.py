@@ -50,6 +50,18 @@ def test_a_finding_matches_its_cases_on_affected_versions_only() -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("revision", ["53a1937", "9e1f2c4ab", "v4.41.2-3-g53a1937", "4.41.2-12-gabcdef0-dirty"])
+def test_a_git_revision_never_matches_a_version_range(revision: str) -> None:
+    """`git describe --tags --always` printed 53a1937 for an untagged commit, and PEP 440 parses it (release 53,
+    alpha 1937): a finding for versions >=4.52 matched a source commit of 4.41 by accident."""
+    finding = make_finding(BASE | {"versions": ">=4.52"})
+    assert first_match([finding], "e2e/different_tokenizers/plain", version=revision) is None
+    assert first_match([finding], "e2e/different_tokenizers/plain", version="5.24.0") is finding
+    calendar = make_finding(BASE | {"versions": ">=20240101"})
+    assert first_match([calendar], "e2e/different_tokenizers/plain", version="20240102") is calendar  # all digits: a version
+
+
+@pytest.mark.unit
 def test_a_commit_range_or_nothing_decides_where_it_applies() -> None:
     ranged = make_finding(BASE | {"versions": None, "commit_from": "ABCDEF1", "commit_to": None})
     assert ranged.commit_from == "abcdef1"

