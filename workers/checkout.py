@@ -306,13 +306,6 @@ class MirrorCache:
                 return False
         return True
 
-    def describe(self, repo_url: str, sha: str) -> str | None:
-        """``git describe --tags --always`` of a commit already in the mirror (a source install's version)."""
-        try:
-            return git("describe", "--tags", "--always", "--end-of-options", sha, cwd=self.mirror_path(repo_url)).strip() or None
-        except CheckoutError:
-            return None
-
     @contextmanager
     def worktree(self, repo_url: str, sha: str, dest: Path) -> Iterator[Path]:
         """A detached worktree of ``sha`` at ``dest`` for the duration of the block; removed even on failure."""
