@@ -147,7 +147,7 @@ def test_the_shipped_transformers_findings_are_the_entries_of_docs_findings() ->
     links = {f.link.removeprefix("docs/findings.md#") for f in shipped}
     assert all(f.link.startswith("docs/findings.md#") for f in shipped)
     assert links == entries
-    assert len(shipped) == len(entries) == 9
+    assert len(shipped) == len(entries) == 10
     assert all(not f.distributions for f in shipped)  # transformers has one distribution
     assert shipped_findings("module:function") == () == shipped_findings("../etc")
 
@@ -210,6 +210,9 @@ def test_the_shipped_sglang_findings_are_the_entries_of_docs_findings() -> None:
         ("e2e/greedy/prompt_lookup", "5.14.1", None),  # the loop crops the output from 5.14.0
         ("e2e/mtp/processed", "5.15.0", "mtp-raw-logits-as-q"),
         ("e2e/mtp/processed", "5.15.1", None),  # fixed there
+        ("e2e/dflash/processed", "5.15.0", "dflash-raw-logits-as-q"),
+        ("e2e/dflash/processed", "5.15.1", None),  # fixed there
+        ("e2e/dflash/plain", "5.15.0", None),  # no processors: q is the law drafted from
         ("e2e/greedy/mtp", "5.14.1", "inkling-short-prompt-convolution-raises"),
         ("e2e/greedy/mtp", "5.15.0", None),
         ("edge/all_reject/V8/g3/u_min", "5.24.0", "p-zero-draft-accepted-when-uniform-is-zero"),

@@ -1,7 +1,7 @@
 """Drafting-head paths of the transformers target: multi-token prediction, DFlash, Gemma 4 assistants.
 
 Against the installed release (CI pins the newest installable one). The patched-bug tests put a
-losslessness bug into the installed MTP drafting and show that the MTP case fails.
+losslessness bug into the installed MTP or DFlash drafting and show that its case fails.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def target():
     return resolve("transformers")
 
 
-def _run(target, patterns):
+def _run(target, patterns, epsilon=0.1):
     """The default profile at TV 0.1: these tests pin verdicts, which do not depend on the design; the catalogue's own
     TV 0.03 takes 11 times the trials (its cost: bench/suite_sensitivity.py)."""
-    config = SuiteConfig(seed=3, epsilon=0.1)
+    config = SuiteConfig(seed=3, epsilon=epsilon)
     return run_suite(select(patterns, target.cases), target.sampler, config, target=target.spec, library=target.library)
 
 
@@ -193,6 +193,44 @@ def test_finding_inkling_raises_on_a_prompt_shorter_than_its_convolution_kernel(
     assert result.verdict == Verdict.FAIL, result.reason
     assert result.failure == Failure.RAISED
     assert "The size of tensor a (4) must match the size of tensor b" in (result.reason or "")
+
+
+# Finding, transformers 5.15.0 ("DFlash samples its drafts from processed scores but reports raw logits as q"):
+# DFlashTokenCandidateGenerator.get_candidates samples each draft from the processed scores but returns the raw
+# candidate logits, which _assisted_decoding hands to _speculative_sampling as q. 5.15.1 writes the processed
+# scores back into candidate_logits; the mutant puts 5.15.0's lines back into the installed release.
+_DFLASH_FIXED_LINES = (
+    ("candidate_logits[:, i, :] = self.logits_processor(", "next_token_logits = self.logits_processor("),
+    ("softmax(candidate_logits[:, i, :], dim=-1", "softmax(next_token_logits, dim=-1"),
+    ("argmax(candidate_logits[:, i, :], dim=-1", "argmax(next_token_logits, dim=-1"),
+)
+
+
+def _dflash_get_candidates_of_5_15_0():
+    from transformers.generation import candidate_generator
+
+    source = textwrap.dedent(inspect.getsource(candidate_generator.DFlashTokenCandidateGenerator.get_candidates))
+    for fixed, buggy in _DFLASH_FIXED_LINES:
+        assert source.count(fixed) == 1, fixed
+        source = source.replace(fixed, buggy)
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<5.15.0 lines>", "exec"), vars(candidate_generator), namespace)
+    return namespace["get_candidates"]
+
+
+@pytest.mark.slow
+def test_finding_dflash_reports_raw_logits_as_q(target, monkeypatch):
+    if target.library["version"] != "5.24.0":
+        pytest.skip("the mutant is written against the release CI installs (5.24.0)")
+    from transformers.generation import candidate_generator
+
+    monkeypatch.setattr(candidate_generator.DFlashTokenCandidateGenerator, "get_candidates", _dflash_get_candidates_of_5_15_0())
+    # designed at TV 0.05: at 0.1 the 310-trial cap leaves lossless/first3 short of its design (no power claim there)
+    result = _run(target, ["e2e/dflash/processed"], epsilon=0.05).results[0]
+    assert result.verdict == Verdict.FAIL, result.reason
+    assert result.lossless == Verdict.FAIL
+    assert result.n_trials < result.trial_cap
+    assert _run(target, ["e2e/dflash/plain"]).results[0].verdict == Verdict.PASS  # no processors: q is the drafted law
 
 
 def test_the_mtp_layers_load_once_per_experiment_and_decode_as_fresh_loads_do(target):
