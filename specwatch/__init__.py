@@ -32,7 +32,7 @@ CATALOGUE_VERSION = "2026.12.3.1"  # long-horizon e2e cases, processed fixtures 
 
 if TYPE_CHECKING:
     from specwatch.cases import CASES
-    from specwatch.lossless import LosslessnessError, assert_lossless, check_lossless
+    from specwatch.lossless import LosslessnessError, UnderpoweredError, assert_lossless, check_lossless
     from specwatch.protocol import CaseResult, RunResult
     from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
 
@@ -45,6 +45,7 @@ __all__ = [
     "Sampler",
     "SpecOutput",
     "SpecStep",
+    "UnderpoweredError",
     "assert_lossless",
     "check_lossless",
     "reference_sampler",
@@ -52,6 +53,7 @@ __all__ = [
 
 _HOMES = {
     "LosslessnessError": "specwatch.lossless",
+    "UnderpoweredError": "specwatch.lossless",
     "assert_lossless": "specwatch.lossless",
     "check_lossless": "specwatch.lossless",
     "CASES": "specwatch.cases",
