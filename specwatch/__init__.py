@@ -11,9 +11,10 @@
 anytime-valid e-processes, the family-wise false-alarm rate ``alpha``) against ``my_sampler`` in the test's
 own process and raises :class:`LosslessnessError` (an ``AssertionError``) naming each failing case, its
 check and its TV estimate. A sampler takes a :class:`SpecStep`, a number of trials and a
-``torch.Generator`` and returns a :class:`SpecOutput` (README, "Testing your own sampler"). Installed with the
-``suite`` extra (torch, numpy, scipy), the pytest plugin (:mod:`specwatch.pytest_plugin`) also offers an
-``assert_lossless`` fixture and ``--specwatch-seed`` / ``--specwatch-quick`` options.
+``torch.Generator`` and returns a :class:`SpecOutput` (README, "Testing your own sampler"). The plain install
+(``pip install specwatch``: torch, numpy, scipy and the command line's typer, rich and packaging) also registers the
+pytest plugin (:mod:`specwatch.pytest_plugin`): an ``assert_lossless`` fixture and ``--specwatch-seed`` /
+``--specwatch-quick`` options.
 
 The names below load on first use: importing :mod:`specwatch` (as pytest does for its plugin) costs
 nothing until a check runs.
@@ -31,7 +32,7 @@ CATALOGUE_VERSION = "2026.12.3.1"  # long-horizon e2e cases, processed fixtures 
 
 if TYPE_CHECKING:
     from specwatch.cases import CASES
-    from specwatch.lossless import LosslessnessError, assert_lossless, check_lossless
+    from specwatch.lossless import LosslessnessError, UnderpoweredError, assert_lossless, check_lossless
     from specwatch.protocol import CaseResult, RunResult
     from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
 
@@ -44,6 +45,7 @@ __all__ = [
     "Sampler",
     "SpecOutput",
     "SpecStep",
+    "UnderpoweredError",
     "assert_lossless",
     "check_lossless",
     "reference_sampler",
@@ -51,6 +53,7 @@ __all__ = [
 
 _HOMES = {
     "LosslessnessError": "specwatch.lossless",
+    "UnderpoweredError": "specwatch.lossless",
     "assert_lossless": "specwatch.lossless",
     "check_lossless": "specwatch.lossless",
     "CASES": "specwatch.cases",

@@ -33,6 +33,32 @@ class LosslessnessError(AssertionError):
         self.result = result
 
 
+class UnderpoweredError(AssertionError):
+    """No case failed, but some passed underpowered: they stopped before the trials their design needs (``budget_s``
+    ran out) or their path's coverage fell short, so a violation as small as designed could have been missed.
+
+    ``cases`` names them; ``budget_s`` is about the ``budget_s`` a call needs for every case to reach its design
+    (from the time each took and the trials it ran of its cap); ``result`` is the whole run.
+    ``assert_lossless(..., allow_underpowered=True)`` accepts such a run.
+    """
+
+    def __init__(self, message: str, result: RunResult, cases: list[str], budget_s: float | None) -> None:
+        super().__init__(message)
+        self.result, self.cases, self.budget_s = result, cases, budget_s
+
+
+def _needed_s(case: CaseResult) -> float | None:
+    """About the seconds ``case`` needs to run its trial cap, at the pace it ran (None when it ran no trial)."""
+    if case.n_trials <= 0:
+        return None
+    return case.duration_s * max(case.trial_cap, case.n_trials) / case.n_trials
+
+
+def _need(case: CaseResult) -> str:
+    needed = _needed_s(case)
+    return "" if needed is None else f", needs about {needed:.0f} s"
+
+
 def _name(sampler: Sampler) -> str:
     return str(getattr(sampler, "__qualname__", None) or getattr(sampler, "__name__", None) or type(sampler).__name__)
 
@@ -119,13 +145,16 @@ def assert_lossless(
     epsilon: float | None = None,
     seed: int = 0,
     device: str = "cpu",
+    allow_underpowered: bool = False,
 ) -> RunResult:
     """Assert that ``sampler`` follows the exact speculative-sampling laws on ``cases``; return the run.
 
     Raises :class:`LosslessnessError` when a case fails (its emitted tokens or its acceptance behaviour
     refute the exact law at family-wise level ``alpha``, or it raised on a valid input) or errors. Under H0
     (the sampler is exact) it raises with probability at most ``alpha`` (Ville 1939, Bonferroni over checks).
-    The arguments are :func:`check_lossless`'s.
+    Else raises :class:`UnderpoweredError` when a case passed underpowered (a ``budget_s`` too short for its
+    design), unless ``allow_underpowered``: a pass that could have missed a violation of the designed size is
+    not a green test. The other arguments are :func:`check_lossless`'s.
     """
     __tracebackhide__ = True  # pytest shows the assertion, not this frame
     result = check_lossless(
@@ -133,6 +162,9 @@ def assert_lossless(
     )
     bad = [c for c in result.results if c.verdict in (Verdict.FAIL, Verdict.ERROR)]
     if not bad:
+        weak = [c for c in result.results if c.verdict is Verdict.PASS and not c.powered]
+        if weak and not allow_underpowered:
+            raise _underpowered(sampler, result, weak, budget_s=budget_s, quick=quick, seed=seed)
         return result
     lines = [
         f"{_name(sampler)} is not lossless: {len(bad)} of {len(result.results)} case(s) failed "
@@ -141,3 +173,24 @@ def assert_lossless(
         f"  reproduce: assert_lossless({_name(sampler)}, cases={[c.case_id for c in bad]!r}, seed={seed}{', quick=True' if quick else ''})",
     ]
     raise LosslessnessError("\n".join(lines), result)
+
+
+def _underpowered(
+    sampler: Sampler, result: RunResult, weak: list[CaseResult], *, budget_s: float | None, quick: bool, seed: int
+) -> UnderpoweredError:
+    """The error of a run whose cases ``weak`` passed underpowered: each with its trials of its cap and the time it
+    needs, and the ``budget_s`` that gives every case of the call its design (the budget is shared evenly)."""
+    needs = [n for c in result.results if (n := _needed_s(c)) is not None]
+    budget = math.ceil(len(result.results) * max(needs) * 1.1) if needs and budget_s is not None else None
+    lines = [
+        f"{_name(sampler)} passed, but {len(weak)} of {len(result.results)} case(s) passed underpowered: a violation as small "
+        "as designed could have been missed",
+        *(
+            f"  {c.case_id}: {c.n_trials:,} of {c.trial_cap:,} trials" + (f", needs about {n:.0f} s" if (n := _needed_s(c)) else "")
+            for c in weak
+        ),
+    ]
+    if budget is not None:
+        lines.append(f"  about budget_s={budget} runs every case to its design{' (quick)' if quick else ''}; seed={seed}")
+    lines.append("  allow_underpowered=True accepts the run as it is")
+    return UnderpoweredError("\n".join(lines), result, [c.case_id for c in weak], budget)

@@ -43,6 +43,10 @@ class ExitStatus(IntEnum):
     #: The release (``--pip``) could not be installed: a dependency no distribution on the index satisfies,
     #: conflicting dependencies, or the index unreachable. Nothing was tested; the release is not broken.
     INSTALL = 3
+    #: ``specwatch check``: no case failed, but some passed underpowered (they stopped before the trials their design
+    #: needs, or their path's coverage fell short): a violation as small as designed could have been missed.
+    #: ``--allow-underpowered`` accepts such a run (exit 0).
+    UNDERPOWERED = 4
 
 
 class ResultSchemaError(ValueError):

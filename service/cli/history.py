@@ -24,6 +24,9 @@ from specwatch.protocol import ExitStatus
 
 runs_app = typer.Typer(help="Inspect suite runs.", no_args_is_help=True)
 
+#: The TV column's header; escaped, as rich reads "[interval]" as markup and would drop it.
+TV_HEADER = escape("TV [interval], descriptive")
+
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
@@ -84,7 +87,7 @@ def history(
         "commit",
         "verdict",
         "log E / log thr",
-        "TV [interval], descriptive",
+        TV_HEADER,
         "acceptance obs / exp",
         title=f"{target} · {page.branch}",
     )
@@ -129,7 +132,7 @@ def show(
         "verdict",
         "trials",
         "log E / log thr",
-        "TV [interval], descriptive",
+        TV_HEADER,
         "acceptance obs / exp",
         behaviour,
         "coverage",

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 import typer
+from rich.markup import escape
 
 from specwatch.cli.check import check
 from specwatch.cli.output import fail
@@ -28,7 +29,8 @@ def _server_missing(name: str, why: str) -> Callable[[], None]:
     def command() -> None:
         fail(f"`specwatch {name}` is part of the server, not installed here ({why}): pip install 'specwatch[server]'", ExitStatus.USAGE)
 
-    command.__doc__ = f"(server) not installed: pip install 'specwatch[server]' ({why})"
+    # Escaped: typer renders help as rich markup, which reads "[server]" as a tag and drops it.
+    command.__doc__ = escape(f"(server) not installed: pip install 'specwatch[server]' ({why})")
     return command
 
 

@@ -195,6 +195,9 @@ def check(
         bool, typer.Option("--no-early-pass", help="run every passing case to its trial cap (no early pass on clear passes)")
     ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="fail on known findings too (default: only on new failures)")] = False,
+    allow_underpowered: Annotated[
+        bool, typer.Option("--allow-underpowered", help="exit 0 when cases passed underpowered (default: exit 4)")
+    ] = False,
     no_sandbox: Annotated[
         bool, typer.Option("--no-sandbox", help="run the code under test as you, with your environment, files and network")
     ] = False,
@@ -203,7 +206,8 @@ def check(
 
     Exit status: 0 all cases pass (or every failure is a known finding, without --strict), 1 a violation,
     2 a usage or target error, 3 the --pip release could not be installed (a missing dependency, conflicting
-    dependencies, the package index unreachable).
+    dependencies, the package index unreachable), 4 no case failed but some passed underpowered (without
+    --allow-underpowered).
     """
     args = [
         "run",
@@ -250,8 +254,9 @@ def check(
         for r in results:
             if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
                 console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
-    code, line = outcome(results, known, strict=strict, suite_code=code)
-    colour = "green" if code == ExitStatus.OK and not known else ("yellow" if code == ExitStatus.OK else "bold red")
+    code, line = outcome(results, known, strict=strict, suite_code=code, allow_underpowered=allow_underpowered)
+    calm = code in (ExitStatus.OK, ExitStatus.UNDERPOWERED)
+    colour = "green" if code == ExitStatus.OK and not known and not line.count("underpowered") else ("yellow" if calm else "bold red")
     console.print(f"[{colour}]{line}[/]{escape(what)}; {escape(plan.describe())}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -330,9 +335,24 @@ def annotated(run: RunResult, known: Mapping[str, Finding]) -> dict[str, Any]:
     return payload
 
 
-def outcome(results: Sequence[CaseResult], known: Mapping[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
+def outcome(
+    results: Sequence[CaseResult], known: Mapping[str, Finding], *, strict: bool, suite_code: int, allow_underpowered: bool = False
+) -> tuple[int, str]:
     """The exit status and the summary line: known findings fail the run only with ``strict``; skipped cases are
-    counted apart in every line (they were not tested)."""
+    counted apart in every line (they were not tested); a run that would exit 0 with cases passed underpowered
+    exits :attr:`ExitStatus.UNDERPOWERED` unless ``allow_underpowered``."""
+    code, line = _outcome(results, known, strict=strict, suite_code=suite_code)
+    weak = [r.case_id for r in results if r.verdict == Verdict.PASS and not r.powered]
+    if code != ExitStatus.OK or not weak:
+        return code, line
+    which = ", ".join(weak[:3]) + (f" and {len(weak) - 3} more" if len(weak) > 3 else "")
+    line += f"; {len(weak)} passed underpowered ({which}): a violation as small as designed could have been missed"
+    if allow_underpowered:
+        return ExitStatus.OK, line + " (--allow-underpowered)"
+    return ExitStatus.UNDERPOWERED, line + "; --allow-underpowered to accept"
+
+
+def _outcome(results: Sequence[CaseResult], known: Mapping[str, Finding], *, strict: bool, suite_code: int) -> tuple[int, str]:
     failed = [r.case_id for r in results if r.verdict == Verdict.FAIL]
     skipped = sum(1 for r in results if r.verdict == Verdict.SKIPPED)
     not_run = f", {skipped} skipped (not reachable or not run: see each reason)" if skipped else ""

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from specwatch import LosslessnessError, SpecOutput, SpecStep, assert_lossless, check_lossless
+from specwatch import LosslessnessError, SpecOutput, SpecStep, UnderpoweredError, assert_lossless, check_lossless
 from specwatch.mutants import MUTANTS
 from specwatch.protocol import Verdict
 
@@ -108,6 +108,28 @@ def test_a_budget_stops_cases_early_and_says_they_are_underpowered() -> None:
     assert case.verdict is Verdict.PASS
     assert not case.powered
     assert "underpowered" in case.reason
+
+
+def test_an_underpowered_pass_is_not_green_unless_accepted() -> None:
+    """The issue's silent green: a budget too short for the design passed every case underpowered, and the test was
+    green. Now it raises, naming each case, its trials of its cap and the budget a call needs; accepted on request."""
+    with pytest.raises(UnderpoweredError) as raised:
+        assert_lossless(library_speculative_sample, cases=["direct/far_apart/V8/g1", "direct/far_apart/V8/g3"], budget_s=1e-3)
+    error = raised.value
+    assert isinstance(error, AssertionError)
+    assert not isinstance(error, LosslessnessError)  # no violation was seen: a distinct error
+    assert error.cases == ["direct/far_apart/V8/g1", "direct/far_apart/V8/g3"]
+    assert re.search(r"direct/far_apart/V8/g1: [\d,]+ of [\d,]+ trials, needs about \d+ s", str(error))
+    assert error.budget_s is not None
+    assert f"about budget_s={error.budget_s} runs every case to its design" in str(error)
+    assert "allow_underpowered=True" in str(error)
+    result = assert_lossless(library_speculative_sample, cases=["direct/far_apart/V8/g1"], budget_s=1e-3, allow_underpowered=True)
+    assert not result.results[0].powered
+
+
+def test_a_violation_under_a_short_budget_is_still_a_violation() -> None:
+    with pytest.raises(LosslessnessError):
+        assert_lossless(MUTANTS["strict_acceptance"].sampler, cases=["edge/p_zero_draft/*", "direct/far_apart/V8/g1"], budget_s=1e-3)
 
 
 def test_bad_arguments_say_what_is_wrong() -> None:

@@ -4,6 +4,7 @@ files refused before the run, and the cases ``--quick`` leaves out said."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -144,6 +145,20 @@ def test_check_exits_1_only_for_new_failures_unless_strict(results: list[CaseRes
 
 
 @pytest.mark.unit
+def test_a_pass_with_underpowered_cases_exits_4_unless_accepted() -> None:
+    weak = dataclasses.replace(PASSED, case_id="direct/x/V8/g1", powered=False)
+    code, line = outcome([PASSED, weak], {}, strict=False, suite_code=ExitStatus.OK)
+    assert code == ExitStatus.UNDERPOWERED == 4
+    assert line == (
+        "all 2 case(s) passed; 1 passed underpowered (direct/x/V8/g1): a violation as small as designed could have been missed; "
+        "--allow-underpowered to accept"
+    )
+    assert outcome([PASSED, weak], {}, strict=False, suite_code=ExitStatus.OK, allow_underpowered=True)[0] == ExitStatus.OK
+    known = known_failures(_run(KNOWN, weak), [KNOWN, weak])
+    assert outcome([KNOWN, weak], known, strict=False, suite_code=ExitStatus.VIOLATION)[0] == ExitStatus.UNDERPOWERED
+    assert outcome([NEW, weak], {}, strict=False, suite_code=ExitStatus.VIOLATION)[0] == ExitStatus.VIOLATION  # a violation wins
+
+
 def test_passing_runs_and_the_table_and_markdown_say_known() -> None:
     assert outcome([PASSED], {}, strict=True, suite_code=ExitStatus.OK) == (ExitStatus.OK, "all 1 case(s) passed")
     assert outcome([PASSED, SKIPPED], {}, strict=True, suite_code=ExitStatus.OK) == (
