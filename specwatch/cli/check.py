@@ -10,11 +10,13 @@ for the target, matched by the library version and distribution) exits 0 and say
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -59,15 +61,66 @@ def _drain(stream: IO[str], into: list[str]) -> None:
     into.extend(stream)
 
 
+#: Outside a terminal, the longest silence (seconds) before a line says the run is alive (:class:`_Heartbeat`).
+HEARTBEAT_S = 30.0
+
+
+class _Heartbeat:
+    """Outside a terminal (a log, CI) the bars are not drawn and a line appears only when a case ends: a long case
+    would print nothing for minutes. This thread prints a line whenever :data:`HEARTBEAT_S` pass without one, with
+    what the last progress event said (the case, its trials of its cap, its evidence) and the time so far."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.started = self.last = time.monotonic()
+        self.state = "waiting for the suite to start"
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._beat, name="specwatch-heartbeat", daemon=True)
+
+    def printed(self, state: str) -> None:
+        """A line was printed; the run is now at ``state``."""
+        with self.lock:
+            self.last = time.monotonic()
+            self.state = state
+
+    def doing(self, state: str) -> None:
+        """The run is at ``state`` (nothing printed: the silence goes on)."""
+        with self.lock:
+            self.state = state
+
+    def _beat(self) -> None:
+        while not self.stop.wait(min(self.interval_s, 1.0)):
+            with self.lock:
+                now = time.monotonic()
+                if now - self.last < self.interval_s:
+                    continue
+                self.last = now
+                line = f"... still running ({now - self.started:.0f} s): {self.state}"
+            console.print(escape(line), highlight=False, soft_wrap=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
     """Run the suite as ``plan`` says (default: as the caller), render progress, read its events (protocol objects,
-    schema checked)."""
+    schema checked). Outside a terminal no bars are drawn (they would render once, at the end, after the per-case
+    lines): each case prints a line as it ends, and a heartbeat line every :data:`HEARTBEAT_S` of silence."""
     plan = plan or unsandboxed(command, "--no-sandbox")
     got = Streamed()
     tasks: dict[str, TaskID] = {}
     errors: list[str] = []
     total = 0
+    terminal = console.is_terminal
+    heartbeat = _Heartbeat(HEARTBEAT_S)
     with (
+        heartbeat if not terminal else contextlib.nullcontext(),
         subprocess.Popen(  # noqa: S603 -- our interpreter (in bubblewrap), no shell
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=plan.env, cwd=plan.cwd, **plan.popen_options()
         ) as proc,
@@ -79,6 +132,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            disable=not terminal,
         ) as bars,
     ):
         assert proc.stdout is not None
@@ -94,6 +148,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
             if kind == "start":
                 got.left_out = list(event.get("left_out") or [])
                 total = len(event.get("cases") or [])
+                heartbeat.printed(f"{total} case(s) started, waiting for the first batch")
             elif kind == "progress":
                 case_id = event["case_id"]
                 if case_id not in tasks:
@@ -101,6 +156,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
                 log_e = event["log_e"]
                 evidence = "certain" if log_e is None else f"log E {log_e:.1f}/{event['log_threshold']:.1f}"
                 bars.update(tasks[case_id], completed=event["trials"], total=event["cap"], status=evidence)
+                heartbeat.doing(f"{case_id}: {event['trials']:,} of {event['cap']:,} trials, {evidence}")
             elif kind == "case":
                 result = CaseResult.from_json(event["result"])
                 got.results.append(result)
@@ -109,8 +165,9 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
                     task = tasks[result.case_id] = bars.add_task(result.case_id, total=1, status="")
                 trials = max(result.n_trials, 1)
                 bars.update(task, total=trials, completed=trials, status=_fmt_verdict(result))
-                if not console.is_terminal:  # a log or CI: the bars render only at the end, so one line per case
+                if not terminal:  # a log or CI: no bars, one line per case
                     console.print(case_line(result, len(got.results), total), highlight=False, soft_wrap=True)
+                    heartbeat.printed(f"{len(got.results)} of {total or '?'} case(s) done, waiting for the next one's first batch")
             elif kind == "error":
                 got.error = event["message"]
             elif kind == "run":

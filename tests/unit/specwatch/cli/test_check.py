@@ -271,3 +271,25 @@ def test_output_that_is_not_a_terminal_gets_a_line_per_finished_case(capsys: pyt
     lines = capsys.readouterr().err.splitlines()
     first = lines.index("[1/2] e2e/a: pass, 128 of 128 trials, 0.1 s")
     assert lines[first + 1] == "[2/2] e2e/b: FAIL (lossless), 128 of 128 trials, 0.1 s"
+    assert lines[first + 2 :] == []  # no bars drawn after them (they used to render, cut, once the run ended)
+
+
+@pytest.mark.unit
+def test_outside_a_terminal_a_long_case_says_it_is_alive(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case whose batch takes long printed nothing for minutes in a log: a heartbeat line now says where the run is
+    whenever HEARTBEAT_S pass in silence (here 0.1 s, against a batch that takes 2 s)."""
+    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "HEARTBEAT_S", 0.1)  # the module: specwatch.cli.check is also the command
+    start = {"event": "start", "cases": ["e2e/a"], "left_out": []}
+    progress = {"event": "progress", "case_id": "e2e/a", "trials": 64, "cap": 512, "log_e": 1.5, "log_threshold": 12.0}
+    case = {"event": "case", "result": _result("e2e/a", "pass").to_dict()}
+    child = (
+        f"import time\nprint({json.dumps(json.dumps(start))}, flush=True)\nprint({json.dumps(json.dumps(progress))}, flush=True)\n"
+        "time.sleep(2)\n"  # the suite's next batch, slow: the subject of the test
+        f"print({json.dumps(json.dumps(case))}, flush=True)\n"
+    )
+    _stream([sys.executable, "-c", child])
+    lines = capsys.readouterr().err.splitlines()
+    beats = [line for line in lines if line.startswith("... still running")]
+    assert beats, lines
+    assert "e2e/a: 64 of 512 trials, log E 1.5/12.0" in beats[-1]
+    assert lines[-1] == "[1/1] e2e/a: pass, 128 of 128 trials, 0.1 s"
