@@ -110,7 +110,8 @@ class GenAIChain:
     def probs(self, logits: NDArray[np.floating], prompt: Sequence[int] = (), generated: Sequence[int] = ()) -> FloatArray:
         """The law the multinomial draw samples from (float64)."""
         nucleus = self.stages(self.penalised(logits, prompt, generated))[2]
-        return nucleus / nucleus.sum()
+        law: FloatArray = nucleus / nucleus.sum()
+        return law
 
     def removed(self, logits: NDArray[np.floating]) -> dict[str, float]:
         """Of a penalised row: the mass top-k removes (of the untempered softmax) and top-p removes (of the tempered
@@ -155,7 +156,8 @@ class GenAIChain:
                 raise ChainFixtureError(f"prefix {prefix}: a processing boundary is within {margin:g} of a token; choose another fixture")
             removed[prefix] = self.removed(row)
             nucleus = self.stages(row)[2]
-            return nucleus / nucleus.sum()
+            law: FloatArray = nucleus / nucleus.sum()
+            return law
 
         law = sequence_law(oracle, length, vocab)
         cube = law.reshape((vocab,) * length)

@@ -60,6 +60,10 @@ class Family:
         return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
+#: The family the cases use.
+DEFAULT_FAMILY = Family()
+
+
 @dataclass(frozen=True)
 class Exported:
     root: Path

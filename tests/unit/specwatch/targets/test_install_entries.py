@@ -46,7 +46,7 @@ def test_a_llamacpp_build_may_write_its_own_version_only(tmp_path: Path) -> None
 
 def test_openvino_genai_installs_its_exporter_into_its_own_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The exporter (optimum-intel) goes beside the release, into the release's one writable entry: no second entry.
-    from specwatch.targets.install import BESIDE  # noqa: PLC0415
+    from specwatch.targets.install import BESIDE
 
     monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path))
     assert BESIDE["openvino-genai"] == ("optimum-intel",)
