@@ -13,7 +13,20 @@ the IR matching a float64 forward of the same weights within 1.5e-6):
    generation's, and a check without coverage would call it exact. Upstream's open report of crashes and corrupted
    text with a draft model and sampling (openvinotoolkit/openvino.genai#4190) matches.
 
-The mechanism in ``sampler.cpp`` (``validate_candidate`` / ``get_p_prime``) has not been pinned to source lines yet.
+Mechanism (``src/cpp/src/sampling/sampler.cpp`` as stored for openvinotoolkit/openvino.genai: not yet matched to the
+2026.4.1.0 tag), ``Sampler::sample_from_sequence_group`` and ``Sampler::validate_candidate``: at a drafted position
+the target's row is processed and a *fresh* token x is drawn from it (``_multinomial_sample``); the draft token d is
+then accepted when ``r_i <= p_i / q_i`` with ``p_i = std::exp(*it_log_prob)`` (the log probability stored with the
+drafted token: the draft's) and ``q_i = std::exp(sampled_token.m_log_prob)`` (the target's probability of x, not of
+d), and on acceptance ``sampled_token.m_index = *it_token_id`` emits d. The ratio compares the draft's probability of
+d with the target's probability of an unrelated token, so d is emitted even where the target's top-k excludes it
+(its probability there is 0): the support violation seen. The coin is ``uniform_int_distribution<>(0, 100)`` / 100
+(101 values, not a uniform on [0, 1)), and on rejection ``get_p_prime`` rescales x's log probability by
+``max(0, p_n - q_n) / std::log(cumulative_prob)`` without ever drawing from the residual ``max(0, p - q)``.
+Lossless speculative sampling (Leviathan et al.; Chen et al.) accepts d with ``min(1, p(d) / q(d))``, p and q the
+target's and the draft's processed laws at d, and on rejection draws from ``max(0, p - q)`` normalised; a minimal
+patch replaces the ratio by ``p_target(d) / q_draft(d)`` (the target's processed probability of the drafted token,
+read from the processed row before the draw) and the rejection draw by one from the residual.
 
 Usage (the release and optimum-intel first on PYTHONPATH, e.g. ``specwatch``'s release cache entry; the tiny models are
 built and exported by ``specwatch.targets.openvino.models`` into ``SPECWATCH_CACHE_DIR``):
