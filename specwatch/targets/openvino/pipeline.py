@@ -24,10 +24,11 @@ PATHS = ("plain", "draft", "lookup")
 @dataclass(frozen=True)
 class Call:
     tokens: tuple[int, ...]
-    #: Tokens the call drafted and accepted (``extended_perf_metrics``); None where the release reports none (its
-    #: prompt-lookup pipeline returns no speculative metrics).
+    #: Tokens the call drafted and accepted (``extended_perf_metrics``). The prompt-lookup pipeline of 2026.4.1.0
+    #: returns no speculative metrics: drafted is None and accepted counts the tokens a target step emitted beyond
+    #: its one (``perf_metrics.raw_metrics.m_batch_sizes``: tokens per step).
     drafted: int | None
-    accepted: int | None
+    accepted: int
 
 
 class Pipeline:
@@ -73,9 +74,12 @@ class Pipeline:
         result = self.pipe.generate(ids, config)
         tokens = tuple(int(t) for t in result.tokens[0])
         drafted: int | None = 0
-        accepted: int | None = 0
+        accepted = 0
         if self.path != "plain":
             metrics = result.extended_perf_metrics
-            drafted = None if metrics is None else int(metrics.get_num_draft_tokens())
-            accepted = None if metrics is None else int(metrics.get_num_accepted_tokens())
+            if metrics is not None:
+                drafted, accepted = int(metrics.get_num_draft_tokens()), int(metrics.get_num_accepted_tokens())
+            else:
+                steps = [int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes]
+                drafted, accepted = None, sum(steps) - len(steps)
         return Call(tokens, drafted, accepted)
