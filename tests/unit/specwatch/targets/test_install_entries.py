@@ -24,6 +24,8 @@ REQUIREMENTS = [
     "llama-cpp-python==0.3.36",
     "llama_cpp_python==0.3.36",
     "Llama.CPP-Python==0.3.36",
+    "openvino-genai==2026.4.1.0",
+    "OpenVINO_GenAI==2026.4.1.0",
 ]
 
 
@@ -40,3 +42,13 @@ def test_a_llamacpp_build_may_write_its_own_version_only(tmp_path: Path) -> None
     (entry,) = release_entries(tmp_path, "llama-cpp-python==0.3.36")
     assert entry == release_root("0.3.36", tmp_path) == tmp_path / "llamacpp" / "0.3.36"
     assert release_entries(tmp_path, "llama-cpp-python==0.3.35") != [entry]
+
+
+def test_openvino_genai_installs_its_exporter_into_its_own_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The exporter (optimum-intel) goes beside the release, into the release's one writable entry: no second entry.
+    from specwatch.targets.install import BESIDE
+
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path))
+    assert BESIDE["openvino-genai"] == ("optimum-intel",)
+    (entry,) = release_entries(tmp_path, "openvino-genai==2026.4.1.0")
+    assert install_folder("openvino-genai==2026.4.1.0") == entry == tmp_path / "pip" / "openvino-genai__2026.4.1.0"

@@ -1,0 +1,231 @@
+"""Tiny random Llama target and draft of the OpenVINO GenAI target, exported to OpenVINO IR (fp32), and their float64
+reference forward.
+
+Built in code (no hub download): a 2-layer random Llama (hidden 64, 2 heads of 32) over :data:`VOCAB` one-character
+tokens with a ``tokenizers`` WordLevel tokenizer (one word per character, split per character, no special tokens but
+the end token), saved as a transformers checkpoint and exported with optimum-intel (``optimum-cli export openvino
+--task text-generation-with-past --weight-format fp32``, which converts the tokenizer with openvino-tokenizers). The
+export runs once per model family and release, into ``SPECWATCH_CACHE_DIR/openvino/<release>/<family>/``; the
+float64 copy of the same weights is the oracle of the exact laws, and :func:`forward_difference` checks that the IR
+computes the same function within float32 noise (``INFERENCE_PRECISION_HINT=f32``: CPUs with AMX or AVX512-bf16
+otherwise run in bf16).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+#: The characters of the vocabulary, in id order; ``EOS`` is the end token (never emitted by the fixtures' prompts).
+PIECES = ("a", "b", "c", "d", "e", "f", "g", "h")
+VOCAB = len(PIECES)
+EOS = VOCAB - 1
+HEAD_SCALE = 10.0
+#: The draft is the target with this much Gaussian noise (relative to the head's scale) added to its output head.
+DRAFT_NOISE = 0.5
+HIDDEN, HEADS, FFN, LAYERS = 64, 2, 128, 2
+RMS_EPS = 1e-5
+ROPE_THETA = 10000.0
+CONTEXT = 256
+#: Largest |IR logit - float64 logit| accepted as float32 noise.
+FORWARD_TOLERANCE = 1e-4
+#: The device configuration every pipeline and compiled model of the suite uses.
+DEVICE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: the seeds of the target and of its draft's head noise."""
+
+    seed: int = 1
+    draft_seed: int = 2
+
+    @property
+    def key(self) -> str:
+        spec = json.dumps([self.seed, self.draft_seed, PIECES, HEAD_SCALE, DRAFT_NOISE, HIDDEN, HEADS, FFN, LAYERS], sort_keys=True)
+        return hashlib.sha256(spec.encode()).hexdigest()[:12]
+
+
+#: The family the cases use.
+DEFAULT_FAMILY = Family()
+
+
+@dataclass(frozen=True)
+class Exported:
+    root: Path
+
+    @property
+    def target(self) -> Path:
+        return self.root / "target"
+
+    @property
+    def draft(self) -> Path:
+        return self.root / "draft"
+
+
+_float64: dict[tuple[Family, str], Any] = {}
+
+
+def release_version() -> str:
+    return str(importlib.import_module("openvino_genai").__version__)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch") / "openvino"
+
+
+def models(family: Family = Family()) -> tuple[Any, Any]:
+    """The float32 transformers target and draft of ``family`` (deterministic from its seeds)."""
+    target = tiny_llama(seed=family.seed)
+    draft = copy.deepcopy(target)
+    generator = torch.Generator().manual_seed(family.draft_seed)
+    with torch.no_grad():
+        head = draft.lm_head.weight
+        head.add_(torch.randn(head.shape, generator=generator) * DRAFT_NOISE * head.std())
+    return target, draft
+
+
+def exported(family: Family = Family()) -> Exported:
+    """The IR folders of ``family``, exported once per release into the cache (a complete folder is reused)."""
+    root = cache_dir() / _safe(release_version()) / family.key
+    done = root / ".complete"
+    if done.exists():
+        return Exported(root)
+    staging = root.with_name(root.name + f".partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name, model in zip(("target", "draft"), models(family), strict=True):
+        checkpoint = staging / f"{name}-hf"
+        save_checkpoint(model, checkpoint)
+        export(checkpoint, staging / name)
+        shutil.rmtree(checkpoint)
+    (staging / ".complete").write_text(json.dumps({"family": [family.seed, family.draft_seed], "release": release_version()}))
+    if root.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.rename(root)
+    return Exported(root)
+
+
+def export(checkpoint: Path, out: Path) -> None:
+    """``optimum-cli export openvino`` (fp32, with past) of a transformers checkpoint; its output on failure."""
+    code = "import sys; from optimum.commands.optimum_cli import main; sys.argv[0] = 'optimum-cli'; main()"
+    cmd = [sys.executable, "-c", code, "export", "openvino", "--model", str(checkpoint), "--task", "text-generation-with-past"]
+    cmd += ["--weight-format", "fp32", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # noqa: S603
+    if result.returncode != 0 or not (out / "openvino_model.xml").exists():
+        raise RuntimeError(f"optimum-cli export openvino failed ({result.returncode}): {(result.stderr or result.stdout)[-2000:]}")
+
+
+def tiny_llama(*, seed: int) -> Any:
+    """A random transformers Llama (float32) with a peaked output head and random norms."""
+    transformers = importlib.import_module("transformers")
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=CONTEXT,
+        rms_norm_eps=RMS_EPS,
+        rope_theta=ROPE_THETA,
+        bos_token_id=None,
+        eos_token_id=EOS,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(HEAD_SCALE)
+        for layer in model.model.layers:
+            layer.input_layernorm.weight.uniform_(0.5, 1.5)
+            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
+        model.model.norm.weight.uniform_(0.5, 1.5)
+    return model
+
+
+def tokenizer() -> Any:
+    """The WordLevel tokenizer over :data:`PIECES`: every character is one word (a prompt of n characters is n ids)."""
+    tokenizers = importlib.import_module("tokenizers")
+    vocab = {piece: i for i, piece in enumerate(PIECES)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token=PIECES[0]))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
+    tok.decoder = tokenizers.decoders.Fuse()
+    return tok
+
+
+def save_checkpoint(model: Any, folder: Path) -> None:
+    """``model`` and the :func:`tokenizer` as a transformers checkpoint (safetensors, fp32)."""
+    transformers = importlib.import_module("transformers")
+    model.save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer(), eos_token=PIECES[EOS])
+    fast.save_pretrained(folder)
+    generation = folder / "generation_config.json"
+    generation.write_text(json.dumps({"eos_token_id": EOS, "do_sample": False}))
+
+
+def reference(name: str = "target", family: Family = Family()) -> Any:
+    """The float64 transformers copy of ``family``'s ``target`` or ``draft`` (what the IR holds)."""
+    if (family, name) not in _float64:
+        target, draft = models(family)
+        _float64[(family, "target")] = target.to(torch.float64).eval()
+        _float64[(family, "draft")] = draft.to(torch.float64).eval()
+    return _float64[(family, name)]
+
+
+def text(tokens: Sequence[int]) -> str:
+    return "".join(PIECES[t] for t in tokens)
+
+
+def all_logits(tokens: Sequence[int], *, model: str = "target", family: Family = Family()) -> NDArray[np.float64]:
+    """float64 logits at every position of ``tokens`` (shape (len, V))."""
+    with torch.no_grad():
+        out = reference(model, family)(torch.tensor([list(tokens)]), use_cache=False).logits[0]
+    rows: NDArray[np.float64] = out.double().numpy()
+    return rows
+
+
+def ir_logits(folder: Path, tokens: Sequence[int]) -> NDArray[np.float64]:
+    """The IR's logits at every position of ``tokens`` (one stateful infer, f32 precision)."""
+    ov = importlib.import_module("openvino")
+    core = ov.Core()
+    compiled = core.compile_model(str(folder / "openvino_model.xml"), "CPU", DEVICE_CONFIG)
+    request = compiled.create_infer_request()
+    request.reset_state()
+    n = len(tokens)
+    inputs = {
+        "input_ids": np.array([list(tokens)], dtype=np.int64),
+        "attention_mask": np.ones((1, n), dtype=np.int64),
+        "position_ids": np.arange(n, dtype=np.int64)[None],
+        "beam_idx": np.zeros(1, dtype=np.int32),
+    }
+    names = {name for port in compiled.inputs for name in port.get_names()}
+    request.infer({k: v for k, v in inputs.items() if k in names})
+    out: NDArray[np.float64] = np.array(request.get_tensor("logits").data, dtype=np.float64)[0]
+    return out
+
+
+def forward_difference(tokens: Sequence[int], *, model: str = "target", family: Family = Family()) -> float:
+    """Largest |IR logit - float64 reference logit| over every position of ``tokens``."""
+    folder = getattr(exported(family), model)
+    return float(np.abs(ir_logits(folder, tokens) - all_logits(tokens, model=model, family=family)).max())
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
