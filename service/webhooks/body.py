@@ -41,29 +41,42 @@ _SIGNATURE_FORMAT = re.compile(r"sha256=[0-9a-fA-F]{64}")
 BUSY_RETRY_AFTER_S = 5
 
 
-class BodySlots:
-    """How many webhook bodies this process is reading now, at most ``limit`` (one event loop: no lock)."""
+class BodyBudget:
+    """The bytes of webhook bodies this process holds now, at most ``limit`` (one event loop: no lock)."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.busy = limit, 0
+        self.limit, self.held = limit, 0
 
-    def take(self) -> bool:
-        if self.busy >= self.limit:
+    def fits(self, size: int) -> bool:
+        return self.held + size <= self.limit
+
+    def take(self, size: int) -> bool:
+        """Charge ``size`` bytes if they fit; whether they did."""
+        if not self.fits(size):
             return False
-        self.busy += 1
+        self.held += size
         return True
 
-    def give_back(self) -> None:
-        self.busy -= 1
+    def give_back(self, size: int) -> None:
+        self.held -= size
 
 
-def body_slots(request: Request) -> BodySlots:
-    """The application's :class:`BodySlots`, made on first use from its settings."""
+def body_budget(request: Request) -> BodyBudget:
+    """The application's :class:`BodyBudget`, made on first use from its settings."""
     state = request.app.state
-    slots: BodySlots | None = getattr(state, "webhook_body_slots", None)
-    if slots is None:
-        slots = state.webhook_body_slots = BodySlots(app_settings(request).webhook_max_concurrent_bodies)
-    return slots
+    budget: BodyBudget | None = getattr(state, "webhook_body_budget", None)
+    if budget is None:
+        budget = state.webhook_body_budget = BodyBudget(app_settings(request).webhook_body_budget_bytes)
+    return budget
+
+
+def _busy(budget: BodyBudget) -> HTTPException:
+    log.warning("webhook_rejected reason=budget held=%d limit=%d", budget.held, budget.limit)
+    return HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        f"{budget.held} of {budget.limit} bytes of webhook bodies are being read; retry later",
+        headers={"Retry-After": str(BUSY_RETRY_AFTER_S), "Connection": "close"},
+    )
 
 
 async def _timely_chunks(request: Request, deadline_s: float, read_timeout_s: float) -> AsyncGenerator[bytes, None]:
@@ -115,23 +128,21 @@ async def verified_body(request: Request) -> bytes:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
         if int(declared) > limit:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
-    slots = body_slots(request)
-    if not slots.take():
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"{slots.limit} webhook bodies are being read; retry later",
-            headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
-        )
+    budget = body_budget(request)
+    if declared is not None and not budget.fits(int(declared)):
+        raise _busy(budget)
+    size = 0
     try:
         mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
         with tempfile.SpooledTemporaryFile(max_size=settings.webhook_spool_bytes) as spool:
-            size = 0
             chunks = _timely_chunks(request, settings.webhook_body_deadline_s, settings.webhook_body_read_timeout_s)
             async with aclosing(chunks):
                 async for chunk in chunks:
-                    size += len(chunk)
-                    if size > limit:
+                    if size + len(chunk) > limit:
                         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+                    if not budget.take(len(chunk)):
+                        raise _busy(budget)
+                    size += len(chunk)
                     mac.update(chunk)
                     spool.write(chunk)
             if not hmac.compare_digest(header.lower().encode(), ("sha256=" + mac.hexdigest()).encode()):
@@ -139,7 +150,7 @@ async def verified_body(request: Request) -> bytes:
             spool.seek(0)
             return spool.read()
     finally:
-        slots.give_back()
+        budget.give_back(size)
 
 
 # --- the signature, for callers with a body in hand -------------------------------------------------------
