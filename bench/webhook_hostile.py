@@ -3,7 +3,8 @@
 A fresh ``uvicorn --factory service.app:create_app`` (one process) on loopback and a migrated SQLite file per
 probe, with the tree's default settings but the secret:
 
-- ``slow`` (item 1; issue 42 with ``--drippers 16 --drip 4``): ``--drippers`` connections (8) each declare a 100 KB body under a well-formed but false
+- ``slow`` (item 1; issue 42 with ``--drippers 16 --drip 4``): ``--drippers`` connections (8) each declare a
+  100 KB body under a well-formed but false
   ``X-Hub-Signature-256`` and send one byte every ``--drip`` seconds (0.5 s by default) for ``--hold``
   seconds (40 s); meanwhile one signed push per second. Printed: the answers to the signed pushes, how long
   they were refused, and what the slow clients got.

@@ -3,14 +3,18 @@
 A request without a well-formed ``X-Hub-Signature-256`` (or with no secret configured) is refused (401) before
 its body is read; one that declares a body over the limit is refused (413) likewise. The raw body is streamed
 through an HMAC-SHA256 with the webhook secret into a spool that holds a small body in memory and a larger one
-on disk (413 as soon as it exceeds the limit); the signature is compared in constant time (401). At most
-``webhook_max_concurrent_bodies`` bodies are read at once per process; past that, 503 with ``Retry-After`` at
-once (no queue of open connections). So the memory an unauthenticated client can hold is bounded by
-slots × spool threshold, not by the body limit (issue 14: 8 concurrent unsigned 24 MB bodies took the process
-from 129 MB to 510 MB). And the time it can hold a slot is bounded too: the whole body within
-``webhook_body_deadline_s``, no read waiting longer than ``webhook_body_read_timeout_s``, else 408 and the slot
-is free again (issue 28: 8 connections dripping a byte every 2 s under a false signature kept every real push
-at 503 for as long as they lasted).
+on disk (413 as soon as it exceeds the limit); the signature is compared in constant time (401).
+
+The bodies being read at once share a byte budget, ``webhook_body_budget_bytes`` per process: each chunk is
+charged to it as it arrives and the whole body is given back when the request is done; a body whose declared
+length, or whose next chunk, does not fit gets 503 with ``Retry-After`` at once (no queue of open connections).
+So what unauthenticated clients can hold (memory and spool disk) is bounded by the budget (issue 14: 8
+concurrent unsigned 24 MB bodies took the process from 129 MB to 510 MB), and a connection that drips a body
+holds only the bytes it has sent: 16 such connections hold a few hundred bytes, and a real push, which fits
+the budget on its own (it is at least ``webhook_max_body_bytes``), still gets through (issue 42; before, 8
+slots counted connections, and 16 dripping ones kept real pushes at 503). The time a body may take is bounded
+too: the whole body within ``webhook_body_deadline_s``, no read waiting longer than
+``webhook_body_read_timeout_s``, else 408 (issue 28).
 """
 
 from __future__ import annotations
