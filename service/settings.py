@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # an empty secret would accept forged pushes.
     webhook_secret: SecretStr = SecretStr("")
     github_token: SecretStr | None = None
+    # Check runs (targets with github_checks) are created only with a GitHub App's installation token ("Checks:
+    # Read and write"); unset, they are sent with github_token. Commit statuses always use github_token.
+    github_checks_token: SecretStr | None = None
     # The GitHub REST API that commit statuses are posted to (GitHub Enterprise: https://HOST/api/v3).
     github_api_url: str = "https://api.github.com"
     slack_webhook_url: SecretStr | None = None
