@@ -3,7 +3,8 @@
 A fresh ``uvicorn --factory service.app:create_app`` (one process) on loopback and a migrated SQLite file per
 probe, with the tree's default settings but the secret:
 
-- ``slow`` (item 1): 8 connections each declare a 100 KB body under a well-formed but false
+- ``slow`` (item 1; issue 42 with ``--drippers 16 --drip 4``): ``--drippers`` connections (8) each declare a
+  100 KB body under a well-formed but false
   ``X-Hub-Signature-256`` and send one byte every ``--drip`` seconds (0.5 s by default) for ``--hold``
   seconds (40 s); meanwhile one signed push per second. Printed: the answers to the signed pushes, how long
   they were refused, and what the slow clients got.
@@ -116,12 +117,12 @@ def _dripper(port: int, drip_s: float, stop: threading.Event, answers: list[str]
         answers.append("still held at the end")
 
 
-def slow(tree: Path, drip_s: float, hold_s: float) -> None:
+def slow(tree: Path, drip_s: float, hold_s: float, drippers: int) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         served = Served(tree, scratch)
         try:
             stop, answers = threading.Event(), []
-            threads = [threading.Thread(target=_dripper, args=(served.port, drip_s, stop, answers)) for _ in range(8)]
+            threads = [threading.Thread(target=_dripper, args=(served.port, drip_s, stop, answers)) for _ in range(drippers)]
             for thread in threads:
                 thread.start()
             time.sleep(1)
@@ -138,7 +139,7 @@ def slow(tree: Path, drip_s: float, hold_s: float) -> None:
         finally:
             served.close()
     refused = [t for t, code in pushes if code != 202]
-    print(f"slow: tree {tree}, 8 drippers (a byte every {drip_s} s) for {hold_s:.0f} s, a signed push per second")
+    print(f"slow: tree {tree}, {drippers} drippers (a byte every {drip_s} s) for {hold_s:.0f} s, a signed push per second")
     print(f"  signed pushes: {dict(Counter(code for _, code in pushes))}; refused for {max(refused, default=0):.1f} s")
     print(f"  slow clients: {dict(Counter(a.split(' after ')[0] for a in answers))}; {sorted(answers)[:1]}")
 
@@ -200,11 +201,12 @@ def main() -> None:
     parser.add_argument("--probe", action="append", choices=["slow", "large"])
     parser.add_argument("--drip", type=float, default=0.5, help="seconds between a slow client's bytes")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the large deliveries")
+    parser.add_argument("--drippers", type=int, default=8, help="slow connections")
     parser.add_argument("--hold", type=float, default=40, help="seconds the slow clients drip")
     args = parser.parse_args()
     for probe in args.probe or ["slow", "large"]:
         if probe == "slow":
-            slow(args.tree.resolve(), args.drip, args.hold)
+            slow(args.tree.resolve(), args.drip, args.hold, args.drippers)
         else:
             large(args.tree.resolve(), args.repeat)
 

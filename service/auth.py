@@ -7,7 +7,8 @@ answer's timing nor its content tells which digest came close.
 
 - no token, or an unknown one: 401 with ``WWW-Authenticate: Bearer``;
 - a read-only token on a write: 403;
-- reads need a token only when ``SPECWATCH_API_AUTH_READS`` is on.
+- reads need a token only when ``SPECWATCH_API_AUTH_READS`` is on;
+- ``/metrics`` follows the reads unless ``SPECWATCH_METRICS_PUBLIC`` says otherwise.
 """
 
 from __future__ import annotations
@@ -79,6 +80,16 @@ def require_read(settings: SettingsDep, credentials: BearerCredentials) -> None:
         raise _unauthorized("invalid token")
 
 
+def require_metrics(settings: SettingsDep, credentials: BearerCredentials) -> None:
+    """``/metrics``: open when :attr:`Settings.metrics_anonymous`; else any valid token (read or write)."""
+    if settings.metrics_anonymous:
+        return
+    if credentials is None:
+        raise _unauthorized("a bearer token is required")
+    if token_scope(settings, credentials.credentials) is None:
+        raise _unauthorized("invalid token")
+
+
 def require_write(settings: SettingsDep, credentials: BearerCredentials) -> None:
     """Writes: always a write token (401 without a valid token, 403 with a read-only one)."""
     if credentials is None:
@@ -91,4 +102,5 @@ def require_write(settings: SettingsDep, credentials: BearerCredentials) -> None
 
 
 ReadAuth = Depends(require_read)
+MetricsAuth = Depends(require_metrics)
 WriteAuth = Depends(require_write)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # an empty secret would accept forged pushes.
     webhook_secret: SecretStr = SecretStr("")
     github_token: SecretStr | None = None
+    # Check runs (targets with github_checks) are created only with a GitHub App's installation token ("Checks:
+    # Read and write"); unset, they are sent with github_token. Commit statuses always use github_token.
+    github_checks_token: SecretStr | None = None
     # The GitHub REST API that commit statuses are posted to (GitHub Enterprise: https://HOST/api/v3).
     github_api_url: str = "https://api.github.com"
     slack_webhook_url: SecretStr | None = None
@@ -49,9 +52,11 @@ class Settings(BaseSettings):
     webhook_max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     # A webhook body is hashed while it streams into a spool: in memory up to this size, on disk past it.
     webhook_spool_bytes: int = Field(default=256 * 1024, ge=0)
-    # Bodies read at once per process; more get 503 with Retry-After (memory before authentication is bounded
-    # by this times webhook_spool_bytes).
-    webhook_max_concurrent_bodies: int = Field(default=8, gt=0)
+    # The bytes of webhook bodies read at once per process, charged as they arrive: a body that does not fit
+    # gets 503 with Retry-After (what unauthenticated clients hold, memory and spool disk, is bounded by it; a
+    # connection dripping a body holds only what it has sent). At least webhook_max_body_bytes, so that the
+    # largest push fits on its own.
+    webhook_body_budget_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     # A body is read within this many seconds of its first byte being awaited, and no read waits longer than
     # webhook_body_read_timeout_s; past either the request gets 408 and its slot is free again. GitHub itself
     # gives a delivery 10 s in all, so a real push never needs more; a client dripping bytes with a false
@@ -70,6 +75,10 @@ class Settings(BaseSettings):
     api_read_token_hashes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Whether reads (GET of the API and the dashboard) need a token too; off by default.
     api_auth_reads: bool = False
+    # Whether /metrics answers without a token. Unset: it follows the reads (anonymous unless api_auth_reads is
+    # on); false: a read or write token is needed (a Prometheus `authorization` credential); true: anonymous even
+    # where reads need a token (what it shows: counts per target name, status and kind, queue ages).
+    metrics_public: bool | None = None
     # Signs the dashboard's session cookies (signing in with an API token to acknowledge and resolve alerts):
     # a long random string, e.g. `python -c "import secrets; print(secrets.token_urlsafe(32))"`. Unset in
     # dev/test: a random key per process; unset elsewhere: the dashboard's sign-in is off (pages stay readable).
@@ -118,6 +127,19 @@ class Settings(BaseSettings):
     @property
     def private_hosts_allowed(self) -> bool:
         return self.allow_private_hosts if self.allow_private_hosts is not None else self.env is not Environment.prod
+
+    @property
+    def metrics_anonymous(self) -> bool:
+        return self.metrics_public if self.metrics_public is not None else not self.api_auth_reads
+
+    @model_validator(mode="after")
+    def _body_budget_holds_the_largest_body(self) -> Settings:
+        if self.webhook_body_budget_bytes < self.webhook_max_body_bytes:
+            raise ValueError(
+                f"SPECWATCH_WEBHOOK_BODY_BUDGET_BYTES ({self.webhook_body_budget_bytes}) is below "
+                f"SPECWATCH_WEBHOOK_MAX_BODY_BYTES ({self.webhook_max_body_bytes}): the largest push would never fit"
+            )
+        return self
 
     @model_validator(mode="after")
     def _secrets_required_outside_dev(self) -> Settings:

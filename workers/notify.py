@@ -4,7 +4,9 @@ Writers (:func:`queue_alert_message`, :func:`queue_commit_status`) add a ``notif
 transaction, with the whole payload and a unique ``dedup_key``; nothing is sent there. The sender
 (:func:`deliver_due`, the task ``workers.deliver_notifications``) takes one due row at a time under
 ``SELECT .. FOR UPDATE SKIP LOCKED`` (two senders never send the same row), sends it and records the result
-in the same short transaction:
+in the same short transaction. A run's commit statuses (and check runs) go out in the order they were written: a
+row waits while an older one of its run is being sent, and an older one taken after a newer exists is never sent
+(``superseded``):
 
 - 2xx: ``sent``;
 - HTTP 429: still ``pending``, next try after ``Retry-After`` (never slept on in the task);
@@ -312,6 +314,19 @@ def _superseded(session: Session, row: Notification) -> bool:
     return session.scalars(newer.limit(1)).first() is not None
 
 
+def _older_in_flight(session: Session, row: Notification) -> bool:
+    """Whether an older commit status (or check run) of ``row``'s run is being sent by another sender now (its row
+    locked): then ``row`` waits, so that a run's statuses reach GitHub in the order they were written (two senders
+    could otherwise post an older one after a newer). The older rows not in flight stay locked by this
+    transaction until ``row`` is recorded, so none of them starts meanwhile (it is superseded when taken)."""
+    if row.channel not in (NotificationChannel.github, NotificationChannel.github_check) or row.run_id is None:
+        return False
+    older = select(Notification.id).where(Notification.channel == row.channel, Notification.run_id == row.run_id, Notification.id < row.id)
+    every = set(session.scalars(older))
+    free = set(session.scalars(older.with_for_update(skip_locked=True)))
+    return free != every
+
+
 def deliver_due(factory: sessionmaker[Session], channels: Channels, *, now: Callable[[], datetime], limit: int) -> DeliveryReport:
     """Send up to ``limit`` due notifications, oldest first, one transaction per row (see the module docstring)."""
     sent: list[int] = []
@@ -332,6 +347,8 @@ def deliver_due(factory: sessionmaker[Session], channels: Channels, *, now: Call
             if row is None:
                 break
             skipped.add(row.id)
+            if _older_in_flight(session, row):  # sent on a later pass, after the older one
+                continue
             if _superseded(session, row):  # a stale pending must never overwrite a newer failure
                 row.status, row.next_attempt_at, row.last_error = NotificationStatus.failed, None, "superseded by a newer commit status"
                 given_up.append(row.id)

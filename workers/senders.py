@@ -30,6 +30,7 @@ class Channels:
 
     slack_webhook_url: str | None
     github_token: str | None
+    github_checks_token: str | None = None  # check runs; None: github_token
     github_api_url: str = "https://api.github.com"
     timeout_s: float = 10
     backoff_s: float = 30
@@ -39,7 +40,7 @@ class Channels:
     def scrub(self, text: str) -> str:
         """Remove the secrets, and the Slack URL's path on its own (the path is the secret part and an
         error body may echo it without the host)."""
-        secrets = [self.slack_webhook_url, self.github_token]
+        secrets = [self.slack_webhook_url, self.github_token, self.github_checks_token]
         if self.slack_webhook_url:
             path = urlsplit(self.slack_webhook_url).path
             secrets += [path, path.lstrip("/")] if len(path.strip("/")) >= 8 else []
@@ -86,21 +87,26 @@ def send_slack(payload: dict[str, Any], channels: Channels) -> Sent:
 def send_github(payload: dict[str, Any], channels: Channels) -> Sent:
     """A commit status: ``POST /repos/{owner}/{repo}/statuses/{sha}``."""
     url = f"{channels.github_api_url.rstrip('/')}/repos/{payload['repo']}/statuses/{payload['sha']}"
-    return _post_github(url, {key: payload[key] for key in ("state", "target_url", "description", "context")}, channels)
+    body = {key: payload[key] for key in ("state", "target_url", "description", "context")}
+    return _post_github(url, body, channels, channels.github_token, "SPECWATCH_GITHUB_TOKEN")
 
 
 def send_github_check(payload: dict[str, Any], channels: Channels) -> Sent:
-    """A check run: ``POST /repos/{owner}/{repo}/check-runs`` (needs a GitHub App's token with checks: write)."""
+    """A check run: ``POST /repos/{owner}/{repo}/check-runs`` (needs a GitHub App's token with checks: write:
+    ``github_checks_token``, else ``github_token``)."""
     url = f"{channels.github_api_url.rstrip('/')}/repos/{payload['repo']}/check-runs"
     keys = ("name", "head_sha", "status", "conclusion", "details_url", "external_id", "output")
-    return _post_github(url, {key: payload[key] for key in keys}, channels)
+    token, setting = channels.github_checks_token, "SPECWATCH_GITHUB_CHECKS_TOKEN"
+    if not token:
+        token, setting = channels.github_token, "SPECWATCH_GITHUB_TOKEN"
+    return _post_github(url, {key: payload[key] for key in keys}, channels, token, setting)
 
 
-def _post_github(url: str, body: dict[str, Any], channels: Channels) -> Sent:
-    if not channels.github_token:
-        return Sent(False, retryable=False, error="GitHub is not configured (SPECWATCH_GITHUB_TOKEN)")
+def _post_github(url: str, body: dict[str, Any], channels: Channels, token: str | None, setting: str) -> Sent:
+    if not token:
+        return Sent(False, retryable=False, error=f"GitHub is not configured ({setting})")
     headers = {
-        "Authorization": f"Bearer {channels.github_token}",
+        "Authorization": f"Bearer {token}",
         "Accept": "application/vnd.github+json",
         "X-GitHub-Api-Version": "2022-11-28",
     }

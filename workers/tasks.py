@@ -84,6 +84,7 @@ def channels(settings: Settings, worker: WorkerSettings) -> Channels:
     return Channels(
         slack_webhook_url=settings.slack_webhook_url.get_secret_value() if settings.slack_webhook_url else None,
         github_token=settings.github_token.get_secret_value() if settings.github_token else None,
+        github_checks_token=settings.github_checks_token.get_secret_value() if settings.github_checks_token else None,
         github_api_url=settings.github_api_url,
         timeout_s=worker.notify_timeout_s,
         backoff_s=worker.notify_backoff_s,

@@ -28,6 +28,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.auth import MetricsAuth
 from service.deps import SessionDep, SettingsDep
 from service.queries import alerts_by_state, operations, runs_by_status
 from service.queue import CeleryProducer
@@ -247,7 +248,12 @@ def make_registry(session_factory: sessionmaker[Session], broker: str) -> tuple[
     return registry, latency
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, 401: {"description": "a token is required (SPECWATCH_METRICS_PUBLIC)"}},
+    dependencies=[MetricsAuth],
+)
 def metrics(request: Request) -> Response:
     """Prometheus metrics: queue depth and age, runs by status, alerts by kind and state, the outbox's backlog, poll
     errors, run and case durations, failures by kind, webhook latency."""

@@ -38,7 +38,7 @@ from service.webhooks.body import (
     EVENT_HEADER,
     EVENT_MAX,
     SIGNATURE_HEADER,
-    BodySlots,
+    BodyBudget,
     SignatureError,
     signature,
     verified_body,
@@ -49,7 +49,7 @@ from service.webhooks.payload import PayloadError, PushEvent, parse_payload, par
 
 __all__ = [
     "SIGNATURE_HEADER",
-    "BodySlots",
+    "BodyBudget",
     "Ingested",
     "Outcome",
     "PayloadError",

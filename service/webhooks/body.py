@@ -3,14 +3,18 @@
 A request without a well-formed ``X-Hub-Signature-256`` (or with no secret configured) is refused (401) before
 its body is read; one that declares a body over the limit is refused (413) likewise. The raw body is streamed
 through an HMAC-SHA256 with the webhook secret into a spool that holds a small body in memory and a larger one
-on disk (413 as soon as it exceeds the limit); the signature is compared in constant time (401). At most
-``webhook_max_concurrent_bodies`` bodies are read at once per process; past that, 503 with ``Retry-After`` at
-once (no queue of open connections). So the memory an unauthenticated client can hold is bounded by
-slots × spool threshold, not by the body limit (issue 14: 8 concurrent unsigned 24 MB bodies took the process
-from 129 MB to 510 MB). And the time it can hold a slot is bounded too: the whole body within
-``webhook_body_deadline_s``, no read waiting longer than ``webhook_body_read_timeout_s``, else 408 and the slot
-is free again (issue 28: 8 connections dripping a byte every 2 s under a false signature kept every real push
-at 503 for as long as they lasted).
+on disk (413 as soon as it exceeds the limit); the signature is compared in constant time (401).
+
+The bodies being read at once share a byte budget, ``webhook_body_budget_bytes`` per process: each chunk is
+charged to it as it arrives and the whole body is given back when the request is done; a body whose declared
+length, or whose next chunk, does not fit gets 503 with ``Retry-After`` at once (no queue of open connections).
+So what unauthenticated clients can hold (memory and spool disk) is bounded by the budget (issue 14: 8
+concurrent unsigned 24 MB bodies took the process from 129 MB to 510 MB), and a connection that drips a body
+holds only the bytes it has sent: 16 such connections hold a few hundred bytes, and a real push, which fits
+the budget on its own (it is at least ``webhook_max_body_bytes``), still gets through (issue 42; before, 8
+slots counted connections, and 16 dripping ones kept real pushes at 503). The time a body may take is bounded
+too: the whole body within ``webhook_body_deadline_s``, no read waiting longer than
+``webhook_body_read_timeout_s``, else 408 (issue 28).
 """
 
 from __future__ import annotations
@@ -41,29 +45,42 @@ _SIGNATURE_FORMAT = re.compile(r"sha256=[0-9a-fA-F]{64}")
 BUSY_RETRY_AFTER_S = 5
 
 
-class BodySlots:
-    """How many webhook bodies this process is reading now, at most ``limit`` (one event loop: no lock)."""
+class BodyBudget:
+    """The bytes of webhook bodies this process holds now, at most ``limit`` (one event loop: no lock)."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.busy = limit, 0
+        self.limit, self.held = limit, 0
 
-    def take(self) -> bool:
-        if self.busy >= self.limit:
+    def fits(self, size: int) -> bool:
+        return self.held + size <= self.limit
+
+    def take(self, size: int) -> bool:
+        """Charge ``size`` bytes if they fit; whether they did."""
+        if not self.fits(size):
             return False
-        self.busy += 1
+        self.held += size
         return True
 
-    def give_back(self) -> None:
-        self.busy -= 1
+    def give_back(self, size: int) -> None:
+        self.held -= size
 
 
-def body_slots(request: Request) -> BodySlots:
-    """The application's :class:`BodySlots`, made on first use from its settings."""
+def body_budget(request: Request) -> BodyBudget:
+    """The application's :class:`BodyBudget`, made on first use from its settings."""
     state = request.app.state
-    slots: BodySlots | None = getattr(state, "webhook_body_slots", None)
-    if slots is None:
-        slots = state.webhook_body_slots = BodySlots(app_settings(request).webhook_max_concurrent_bodies)
-    return slots
+    budget: BodyBudget | None = getattr(state, "webhook_body_budget", None)
+    if budget is None:
+        budget = state.webhook_body_budget = BodyBudget(app_settings(request).webhook_body_budget_bytes)
+    return budget
+
+
+def _busy(budget: BodyBudget) -> HTTPException:
+    log.warning("webhook_rejected reason=budget held=%d limit=%d", budget.held, budget.limit)
+    return HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        f"{budget.held} of {budget.limit} bytes of webhook bodies are being read; retry later",
+        headers={"Retry-After": str(BUSY_RETRY_AFTER_S), "Connection": "close"},
+    )
 
 
 async def _timely_chunks(request: Request, deadline_s: float, read_timeout_s: float) -> AsyncGenerator[bytes, None]:
@@ -115,23 +132,21 @@ async def verified_body(request: Request) -> bytes:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "invalid Content-Length")
         if int(declared) > limit:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body of {declared} bytes exceeds the {limit}-byte limit")
-    slots = body_slots(request)
-    if not slots.take():
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"{slots.limit} webhook bodies are being read; retry later",
-            headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
-        )
+    budget = body_budget(request)
+    if declared is not None and not budget.fits(int(declared)):
+        raise _busy(budget)
+    size = 0
     try:
         mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
         with tempfile.SpooledTemporaryFile(max_size=settings.webhook_spool_bytes) as spool:
-            size = 0
             chunks = _timely_chunks(request, settings.webhook_body_deadline_s, settings.webhook_body_read_timeout_s)
             async with aclosing(chunks):
                 async for chunk in chunks:
-                    size += len(chunk)
-                    if size > limit:
+                    if size + len(chunk) > limit:
                         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"body exceeds the {limit}-byte limit")
+                    if not budget.take(len(chunk)):
+                        raise _busy(budget)
+                    size += len(chunk)
                     mac.update(chunk)
                     spool.write(chunk)
             if not hmac.compare_digest(header.lower().encode(), ("sha256=" + mac.hexdigest()).encode()):
@@ -139,7 +154,7 @@ async def verified_body(request: Request) -> bytes:
             spool.seek(0)
             return spool.read()
     finally:
-        slots.give_back()
+        budget.give_back(size)
 
 
 # --- the signature, for callers with a body in hand -------------------------------------------------------

@@ -50,32 +50,40 @@ def test_a_24_mb_body_is_refused_by_its_declared_length_before_it_is_read(embedd
 def test_the_default_limit_is_below_githubs_cap() -> None:
     settings = Settings(env="test")
     assert settings.webhook_max_body_bytes == 10 * 1024 * 1024
-    assert settings.webhook_max_concurrent_bodies * settings.webhook_spool_bytes <= 4 * 1024 * 1024
+    assert settings.webhook_max_body_bytes <= settings.webhook_body_budget_bytes <= 32 * 1024 * 1024
 
 
-def test_bodies_past_the_concurrency_cap_get_503_with_retry_after(embedded: Embedded) -> None:
-    from service.webhooks import BodySlots  # new in issue 14: the other probes also replay on older code
+def test_a_budget_below_the_largest_body_is_refused() -> None:
+    with pytest.raises(ValueError, match="the largest push would never fit"):
+        Settings(env="test", webhook_max_body_bytes=2048, webhook_body_budget_bytes=1024)
+
+
+def test_a_body_past_the_byte_budget_gets_503_with_retry_after(embedded: Embedded) -> None:
+    from service.webhooks import BodyBudget
 
     content, headers = signed(SECRET, push_payload())
-    slots = BodySlots(2)
-    embedded.client.app.state.webhook_body_slots = slots  # type: ignore[attr-defined]
-    slots.busy = 2  # two bodies being read
+    budget = BodyBudget(len(content) + 10)
+    embedded.client.app.state.webhook_body_budget = budget  # type: ignore[attr-defined]
+    budget.held = 11  # other bodies hold 11 bytes: this one no longer fits
     busy = embedded.client.post("/webhooks/github", content=content, headers=headers)
     assert busy.status_code == 503
     assert busy.headers["Retry-After"] == "5"
-    slots.busy = 1
+    streamed = iter([content[i : i + 100] for i in range(0, len(content), 100)])  # no declared length
+    assert embedded.client.post("/webhooks/github", content=streamed, headers=headers).status_code == 503
+    assert budget.held == 11  # what the refused bodies had taken was given back
+    budget.held = 10
     assert embedded.client.post("/webhooks/github", content=content, headers=headers).status_code == 202
-    assert slots.busy == 1  # the slot taken for that body was given back
+    assert budget.held == 10  # the bytes taken for that body were given back
 
 
-def test_a_slot_is_given_back_after_a_refused_body(embedded: Embedded) -> None:
-    from service.webhooks import BodySlots  # new in issue 14: the other probes also replay on older code
+def test_the_budget_is_given_back_after_a_refused_body(embedded: Embedded) -> None:
+    from service.webhooks import BodyBudget
 
-    slots = BodySlots(1)
-    embedded.client.app.state.webhook_body_slots = slots  # type: ignore[attr-defined]
+    budget = BodyBudget(1000)
+    embedded.client.app.state.webhook_body_budget = budget  # type: ignore[attr-defined]
     headers = {"X-GitHub-Event": "push", "X-GitHub-Delivery": "x", "X-Hub-Signature-256": "sha256=" + "0" * 64}
     assert embedded.client.post("/webhooks/github", content=b"{}", headers=headers).status_code == 401
-    assert slots.busy == 0
+    assert budget.held == 0
 
 
 def test_a_signed_body_larger_than_the_spool_threshold_is_accepted(tmp_path: Path) -> None:

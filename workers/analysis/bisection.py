@@ -10,20 +10,27 @@ search is a :class:`~workers.analysis.state.BisectionState` stored with the dete
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from service.models import FINISHED_STATUSES, AlertKind, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
-from service.models.entries import RAISED, AlertEntry
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
+
+from service.history import alert_branch
+from service.models import FINISHED_STATUSES, Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
+from service.models.entries import RAISED, AlertEntry, alert_entries
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis, child_run, lock_run
-from workers.analysis.decisions import CONFORMANCE, CommitOutcome, Signature, bisect, signatures_differ
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CommitOutcome, Signature, bisect, signatures_differ
 from workers.analysis.drift import still_drifting
 from workers.analysis.history import TestedRun, load_branch
 from workers.analysis.state import BisectionState, RunAnalysis, load_analysis, load_bisection, store_bisection
 from workers.analysis.triage import failure_reason, raised, signature
 
+#: Known failures at one commit: (case, reason) pairs of the alerts that stood there.
+Known = Collection[tuple[str, str]]
 
-def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> CommitOutcome | None:
+
+def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry], known: Known = ()) -> CommitOutcome | None:
     """Good, bad or unknown (broken) for the alert's cases; None while a commit's only runs are unfinished.
 
     The commit's latest finished run decides. Bad: one of the cases fails for its entry's reason (a lossless
@@ -33,7 +40,10 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> 
     earlier signature of its case (a new failure of a case that was already failing) is bad only where the case
     fails with a signature other than the one it replaces: a commit where the case still fails the old way is
     good for it, so its search runs within the range where the case was already failing and names the first
-    commit with the new signature.
+    commit with the new signature. Any other case whose failure there is ``known`` (another alert stood at that
+    commit for it, same reason or lossless) is not a failure of this search: it belongs to the other alert, as the
+    primary run's triage sets it aside; unless another case is bad, the commit is then unknown (the old failure
+    hides whether the new one is there).
     """
     finished = [r for r in runs if r.status in FINISHED_STATUSES]
     if not finished:
@@ -41,11 +51,20 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> 
     latest = max(finished, key=lambda r: r.id)
     if latest.status in (RunStatus.error, RunStatus.uninstallable):
         return CommitOutcome.UNKNOWN
+    masked = False
     for entry in entries:
         case = latest.cases.get(entry["case_id"])
         if case is None:
             continue
         reason = entry["reason"]
+        superseding = isinstance(entry.get("supersedes"), dict)  # its own rule below: the old signature is good
+        if (
+            not superseding
+            and case.verdict is Verdict.FAIL
+            and ((case.case_id, failure_reason(case)) in known or (case.case_id, LOSSLESS) in known)
+        ):
+            masked = True
+            continue
         if entry["reason"] == "drift":
             if case.verdict is Verdict.FAIL or still_drifting(entry, case):
                 return CommitOutcome.BAD
@@ -54,13 +73,48 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry]) -> 
             if isinstance(replaced, dict) and not _another_failure(case, Signature.from_dict(replaced)):
                 continue  # the case fails here as it already did: not this regression
             return CommitOutcome.BAD
-    return CommitOutcome.GOOD
+    return CommitOutcome.UNKNOWN if masked else CommitOutcome.GOOD
 
 
 def _another_failure(case: CaseResult, replaced: Signature) -> bool:
     """Does failing ``case`` fail otherwise than with ``replaced`` (its signature for the replaced one's reason)?"""
     reason = failure_reason(case)
     return reason != replaced.reason or signatures_differ(signature(case, reason), replaced)
+
+
+#: An alert's span of branch orders (first bad, resolving commit exclusive or None) and its (case, reason) pairs.
+Standing = list[tuple[tuple[int, int | None], set[tuple[str, str]]]]
+
+
+def known_at(standing: Standing, order: int) -> set[tuple[str, str]]:
+    """The failures known at the commit of branch order ``order``: those of the alerts that stood there."""
+    return {pair for (began, ended), pairs in standing for pair in pairs if began <= order and (ended is None or order < ended)}
+
+
+def standing_alerts(session: Session, detected: Run) -> Standing:
+    """The failure alerts of ``detected``'s branch other than its own, each with the branch orders it stood over
+    (from its first bad commit to the commit that resolved it, exclusive; open: onwards) and its (case, reason)
+    pairs: the failures known at each commit of the search."""
+    commit = detected.commit
+    first_bad, resolver = aliased(Commit), aliased(Commit)
+    rows = session.execute(
+        select(Alert, first_bad.branch_order, resolver.branch_order)
+        .join(first_bad, Alert.first_bad_commit_id == first_bad.id)
+        .outerjoin(resolver, Alert.resolved_by_commit_id == resolver.id)
+        .where(
+            Alert.target_id == commit.target_id,
+            Alert.branch == alert_branch(commit),
+            Alert.kind.in_([AlertKind.violation, AlertKind.performance, AlertKind.exception]),
+            Alert.detected_run_id.is_distinct_from(detected.id),
+        )
+        .order_by(Alert.id)
+    ).all()
+    standing: Standing = []
+    for alert, began, ended in rows:
+        if alert.state is AlertState.resolved and ended is None:
+            continue  # resolved by hand: where it ended is not known
+        standing.append(((began or 0, ended), {(e["case_id"], str(e["reason"])) for e in alert_entries(alert.cases)}))
+    return standing
 
 
 def start_bisection(
@@ -107,8 +161,9 @@ def _step(ctx: Analysis, detected: Run, analysis: RunAnalysis, state: BisectionS
     # Commits whose run for this search is still going: its analysis resumes the search. Another run of the
     # commit (its own primary run, another search's) would not, so the search queues its own then.
     in_flight: set[str] = set()
+    standing = standing_alerts(ctx.session, detected)
     for step in branch.commits:
-        outcome = commit_outcome(step.runs, state.cases)
+        outcome = commit_outcome(step.runs, state.cases, known_at(standing, step.commit.branch_order or 0))
         if outcome is not None:
             outcomes[step.commit.sha] = outcome
         elif any(r.parent_run_id == detected.id for r in step.runs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,22 @@ def test_a_report_over_githubs_limit_is_cut_visibly(backend_factory: sessionmake
     text = check.body["output"]["text"]
     assert len(text) <= OUTPUT_TEXT_MAX
     assert text.endswith(f"the whole run is on the dashboard: {DASHBOARD}/ui/runs/{run_id}\n")
+
+
+def test_check_runs_use_their_own_token_when_set(backend_factory: sessionmaker[Session], suite_result: dict[str, Any]) -> None:
+    """SPECWATCH_GITHUB_CHECKS_TOKEN (an App's installation token) posts the check run; the status keeps its token."""
+    with session_scope(backend_factory) as session:
+        run = _stored_run(session, suite_result)
+        assert queue_commit_status(session, NotifyConfig(github=True, dashboard_url=DASHBOARD), run, "failure") == 2
+    channels = Channels(slack_webhook_url=None, github_token="ghp_status", github_checks_token=TOKEN, backoff_s=1)
+    with fake_server([(201, {})], check_github_checks=True) as github:
+        deliver_due(backend_factory, replace(channels, github_api_url=github.url), now=lambda: datetime(2026, 1, 1, tzinfo=UTC), limit=10)
+    tokens = sorted((r.path, r.headers["Authorization"], r.status) for r in github.requests)
+    assert tokens == [
+        ("/repos/acme/lib/check-runs", f"Bearer {TOKEN}", 201),
+        (f"/repos/acme/lib/statuses/{'b' * 40}", "Bearer ghp_status", 201),
+    ]
+    assert channels.scrub(f"echo {TOKEN}") == "echo [secret]"
 
 
 def test_no_check_run_unless_the_target_opted_in(backend_factory: sessionmaker[Session], suite_result: dict[str, Any]) -> None:

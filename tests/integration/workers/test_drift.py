@@ -172,3 +172,54 @@ def test_a_drift_entry_written_before_the_range_was_reported_is_still_measured()
     assert still_drifting(legacy, moved)
     # Another range is not comparable with the entry's baseline: it does not count as recovered.
     assert still_drifting({**legacy, "per_trial_max": 11}, recovered)
+
+
+def test_a_known_failure_inside_a_drift_search_is_not_its_first_bad_commit(backend_factory: sessionmaker[Session]) -> None:
+    """Issue 42: commits 1-5 pass the case (the baseline), commit 6 fails it losslessly (an alert of its own),
+    commit 7 is not tested, commit 8 passes it with a dropped acceptance. The drift search between 5 and 8 met
+    commit 6's failure and called it bad, so the drift alert named commit 6, the other alert's commit. That
+    failure is known there: commit 6 cannot tell, commit 7 is tested, and the drift is found where it began."""
+    rng = np.random.default_rng(11)
+    bound = HORIZON - 1
+    baseline = [e2e_mean(rng, 0.9) for _ in range(5)]
+    dropped = [e2e_mean(rng, 0.1) for _ in range(2)]
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "known-in-drift", 8)
+        for commit, acceptance in zip(commits[:5], baseline, strict=True):
+            analyse(session, _run(session, commit, E2E, acceptance, bound), config=CONFIG, now=NOW)
+        broken = session.get(Run, _run(session, commits[5], E2E, baseline[0], bound))
+        assert broken is not None
+        broken.status = RunStatus.failed
+        case = session.scalars(select(CaseResult).where(CaseResult.run_id == broken.id)).one()
+        case.verdict, case.lossless, case.e_value, case.log_e_value = Verdict.FAIL, False, 1e9, 20.7
+        session.flush()
+        analyse(session, broken.id, config=CONFIG, now=NOW)
+        (lossless,) = session.scalars(select(Alert).where(Alert.first_bad_commit_id == commits[5].id))
+        assert lossless.kind is AlertKind.violation
+
+        detected = _run(session, commits[7], E2E, dropped[0], bound)
+        analyse(session, detected, config=CONFIG, now=NOW)
+        midpoint = session.scalars(select(Run).where(Run.parent_run_id == detected)).one()  # commit 6 could not tell
+        assert midpoint.commit_id == commits[6].id
+        assert session.scalars(select(Alert).where(Alert.kind == AlertKind.performance)).all() == []
+        midpoint.status = RunStatus.passed
+        session.add(
+            CaseResult(
+                run_id=midpoint.id,
+                case_id=E2E,
+                verdict=Verdict.PASS,
+                lossless=True,
+                conformance=True,
+                n_trials=TRIALS,
+                e_value=1.0,
+                log_e_value=0.0,
+                threshold=1e4,
+                acceptance_observed=dropped[1],
+                acceptance_per_trial_max=bound,
+            )
+        )
+        session.flush()
+        analyse(session, midpoint.id, config=CONFIG, now=NOW)
+        (drift,) = session.scalars(select(Alert).where(Alert.kind == AlertKind.performance))
+        assert drift.first_bad_commit_id == commits[6].id
+        assert drift.last_good_commit_id == commits[4].id

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import session_scope
+from service.db import make_engine, session_scope
 from service.models import (
     Alert,
     AlertKind,
@@ -176,6 +176,36 @@ def test_github_commit_statuses(backend_factory: sessionmaker[Session], clock: C
     assert (pending.status, pending.last_error) == (NotificationStatus.failed, "superseded by a newer commit status")
     assert failure.status is NotificationStatus.sent
     assert all(TOKEN not in (r.last_error or "") for r in rows(backend_factory))
+
+
+def test_a_runs_statuses_are_sent_in_order_by_two_senders(database_url: str, clock: Clock) -> None:
+    """Issue 42: while one sender is posting a run's ``pending`` (its row locked), another must not post the run's
+    newer ``failure`` first (GitHub keeps the last one posted): it waits, and goes out once the older is done."""
+    engine = make_engine(database_url)
+    factory = sessionmaker(bind=engine, expire_on_commit=False)
+    try:
+        with fake_server([(201, {})] * 3) as github:
+            channels = Channels(slack_webhook_url=None, github_token=TOKEN, github_api_url=github.url)
+            config = NotifyConfig(github=True, dashboard_url="https://specwatch.example.com")
+            with session_scope(factory) as session:
+                target = Target(name="lib", repo_url="https://github.com/acme/lib.git", adapter="x", branches=["main"])
+                run = Run(commit=Commit(target=target, sha="b" * 40, branch="main", branch_order=1), profile="quick")
+                session.add(run)
+                session.flush()
+                assert queue_commit_status(session, config, run, "pending") == 1
+                assert queue_commit_status(session, config, run, "failure") == 1
+            with factory() as first_sender:  # has taken the pending row and is posting it
+                pending = first_sender.scalars(select(Notification).order_by(Notification.id).limit(1).with_for_update()).one()
+                report = deliver_due(factory, channels, now=clock, limit=10)
+                assert github.requests == []  # the failure waited for the pending in flight
+                assert report.sent == report.given_up == []
+                pending.status = NotificationStatus.sent
+                first_sender.commit()
+            report = deliver_due(factory, channels, now=clock, limit=10)
+        assert [r.body["state"] for r in github.requests if r.body] == ["failure"]
+        assert [r.status for r in rows(factory)] == [NotificationStatus.sent, NotificationStatus.sent]
+    finally:
+        engine.dispose()
 
 
 def test_no_commit_status_without_a_token_or_for_other_hosts(backend_factory: sessionmaker[Session]) -> None:

@@ -73,3 +73,29 @@ def test_the_api_docs_load_nothing_from_another_host() -> None:
         swagger = client.get(next(a for a in re.findall(r'src="([^"]+)"', client.get("/docs").text) if "swagger" in a)).text
         assert "OpenAPI31" in swagger
         assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
+
+
+def _metrics_status(tmp_path: Path, token: str | None, **settings: object) -> int:
+    from service.auth import hash_token
+
+    base = Settings(
+        env="test",
+        database_url=f"sqlite:///{tmp_path / 'm.db'}",
+        api_read_token_hashes=[hash_token("reader")],
+        **settings,  # type: ignore[arg-type]
+    )
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with TestClient(create_app(base)) as client:
+        return client.get("/metrics", headers=headers).status_code
+
+
+def test_metrics_follow_the_reads_unless_set(tmp_path: Path) -> None:
+    """Issue 42: /metrics answered anonymously where reads required a token; now it follows the reads by default,
+    and SPECWATCH_METRICS_PUBLIC decides either way."""
+    assert _metrics_status(tmp_path, None) == 200  # reads open: metrics open
+    assert _metrics_status(tmp_path, None, api_auth_reads=True) == 401
+    assert _metrics_status(tmp_path, "wrong", api_auth_reads=True) == 401
+    assert _metrics_status(tmp_path, "reader", api_auth_reads=True) == 200
+    assert _metrics_status(tmp_path, None, api_auth_reads=True, metrics_public=True) == 200
+    assert _metrics_status(tmp_path, None, metrics_public=False) == 401
+    assert _metrics_status(tmp_path, "reader", metrics_public=False) == 200

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from service.models import AlertKind, RunStatus
-from workers.analysis.bisection import commit_outcome
+from service.models import AlertKind, CaseResult, RunStatus, Verdict
+from workers.analysis.bisection import commit_outcome, known_at
 from workers.analysis.decisions import (
     AcceptanceSample,
     CaseOutcome,
@@ -233,3 +233,30 @@ def test_how_two_signatures_of_a_case_are_compared(new: Signature, differs: bool
     assert signatures_differ(new, _STAT) is differs
     assert signatures_differ(_STAT, new) is differs  # symmetric
     assert Signature.from_dict(new.as_dict()) == new  # stored as JSON in alert entries
+
+
+def test_a_failure_another_alert_stood_for_is_not_bad_in_a_bisection():
+    """Issue 42: at a midpoint where another alert stood for the case (same reason, or lossless), its failure is
+    that alert's: the commit cannot tell (unknown), unless another case of the search is bad there."""
+
+    def failing(case_id: str, *, lossless: bool) -> CaseResult:
+        return CaseResult(case_id=case_id, verdict=Verdict.FAIL, lossless=lossless, conformance=not lossless)
+
+    a, b = "direct/a/V8/g1", "direct/b/V8/g1"
+    runs = [TestedRun(1, RunStatus.failed, None, {a: failing(a, lossless=False)})]
+    entries = [{"case_id": a, "reason": "lossless"}]
+    assert commit_outcome(runs, entries) is CommitOutcome.BAD
+    assert commit_outcome(runs, entries, {(a, "lossless")}) is CommitOutcome.UNKNOWN
+    assert commit_outcome(runs, entries, {(b, "lossless")}) is CommitOutcome.BAD
+    both = [TestedRun(1, RunStatus.failed, None, {a: failing(a, lossless=False), b: failing(b, lossless=False)})]
+    two = [*entries, {"case_id": b, "reason": "lossless"}]
+    assert commit_outcome(both, two, {(a, "lossless")}) is CommitOutcome.BAD  # b is new there
+    conformance = [TestedRun(1, RunStatus.failed, None, {a: failing(a, lossless=True)})]
+    assert commit_outcome(conformance, [{"case_id": a, "reason": "conformance"}], {(a, "lossless")}) is CommitOutcome.UNKNOWN
+    standing = [((3, 6), {(a, "lossless")}), ((5, None), {(b, "raised")})]
+    assert [sorted(known_at(standing, order)) for order in (2, 3, 5, 6)] == [
+        [],
+        [(a, "lossless")],
+        [(a, "lossless"), (b, "raised")],
+        [(b, "raised")],
+    ]
