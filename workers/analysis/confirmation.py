@@ -13,12 +13,12 @@ import logging
 import math
 
 from service.models import AlertKind, CaseResult, Run, RunStatus, Verdict
-from service.models.entries import RAISED, AlertEntry
+from service.models.entries import RAISED, FailureEntry
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
-from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, confirmation
+from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, Signature, confirmation, signatures_differ
 from workers.analysis.state import RunAnalysis, load_analysis
-from workers.analysis.triage import FailureReason, entry, failure_reason, raised, superseding
+from workers.analysis.triage import FailureReason, entry, failure_reason, known_failures, raised, superseding
 from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ def failed_layers(case: CaseResult) -> list[FailureReason]:
     return layers or [failure_reason(case)]
 
 
-def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[AlertEntry]:
+def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[str, CaseResult]) -> list[FailureEntry]:
     """The alert entries of the parent's failing cases that the rerun confirms, each at its worst confirmed layer."""
-    entries: list[AlertEntry] = []
+    entries: list[FailureEntry] = []
     analysis = load_analysis(parent)
     for case_id in analysis.failing:
         before, rerun = evidence(first.get(case_id)), evidence(again.get(case_id))
@@ -79,6 +79,28 @@ def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[st
     return entries
 
 
+def _against_alerts_now(entries: list[FailureEntry], known: dict[tuple[str, str], list[Signature | None]]) -> list[FailureEntry]:
+    """``entries`` triaged again against the alerts that stand at the parent's commit now. The parent's triage saw
+    the alerts of its own analysis; an alert opened since (the confirmation of an earlier commit's failure, analysed
+    after this commit's primary run) may already stand for a case. A case it stands for with the same signature is
+    its failure (dropped: nothing new here); with another signature it is a new failure of that case, which
+    ``supersedes`` the standing one (its search then treats commits failing the old way as good)."""
+    kept: list[FailureEntry] = []
+    for found in entries:
+        standing = known.get((found["case_id"], found["reason"]))
+        mine = found.get("signature")
+        if not standing or "supersedes" in found:
+            kept.append(found)
+        elif isinstance(mine, dict) and all(old is not None and signatures_differ(Signature.from_dict(mine), old) for old in standing):
+            last = standing[-1]
+            assert last is not None
+            found["supersedes"] = last.as_dict()
+            kept.append(found)
+        else:
+            log.info("failure_alerted_meanwhile case_id=%s reason=%s", found["case_id"], found["reason"])
+    return kept
+
+
 def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> None:
     """Confirm the parent's failing cases with ``run`` (its confirmation); confirmed ones are bisected."""
     session = ctx.session
@@ -86,7 +108,7 @@ def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], 
     if parent is None:
         analysis.confirmed = False
         return
-    entries = _confirmed_entries(parent, load_cases(session, parent.id), cases)
+    entries = _against_alerts_now(_confirmed_entries(parent, load_cases(session, parent.id), cases), known_failures(session, parent))
     analysis.confirmed = [e["case_id"] for e in entries]
     parent_analysis = load_analysis(parent)
     if entries or parent_analysis.known_failing:  # a known failure still fails the commit

@@ -348,3 +348,53 @@ def test_a_fixed_case_that_fails_again_is_no_longer_fixed(backend_factory: sessi
         (alert,) = _alerts(session)
         assert [e.get("fixed_sha") for e in alert.cases] == [None, None]
         assert alert.state is AlertState.open
+
+
+def _confirm(session: Session, confirmation_id: int, **signature: Any) -> Any:
+    """Finish the confirmation run ``confirmation_id`` failing A with ``signature`` and analyse it."""
+    run = session.get_one(Run, confirmation_id)
+    assert run.purpose is RunPurpose.confirmation
+    for case_id in (A, B):
+        session.add(
+            CaseResult(run_id=confirmation_id, case_id=case_id, verdict=Verdict.PASS, lossless=True, conformance=True, threshold=THRESHOLD)
+        )
+    session.flush()
+    _fail_as(session, confirmation_id, **signature)
+    return analyse(session, confirmation_id, config=AnalysisConfig(), now=NOW)
+
+
+def test_a_new_failure_whose_primary_run_was_triaged_before_the_standing_alert_opened_is_still_its_own(
+    backend_factory: sessionmaker[Session],
+) -> None:
+    """The replay of real transformers releases (4.40.2, 4.41.2, 4.45.2 through `specwatch serve`): 4.41.2's primary run
+    was analysed before 4.40.2's confirmation opened its alert, so its triage saw no alert, gave its failure no
+    ``supersedes``, and the search for it met 4.40.2 failing (the old way) and named 4.40.2: the alert already
+    there, nothing new, the new bug never alerted. The confirmation now triages again against the alerts standing
+    then: the new signature supersedes the standing one, and the search names its own commit."""
+    config = AnalysisConfig()
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-race", 3)
+        analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
+        (first_confirmation,) = analyse(session, _primary(session, commits[1], **CERTAIN), config=config, now=NOW).queued
+        (second_confirmation,) = analyse(session, _primary(session, commits[2], **STATISTICAL), config=config, now=NOW).queued
+        _confirm(session, first_confirmation, **CERTAIN)
+        (old,) = _alerts(session)
+        assert old.first_bad_commit_id == commits[1].id
+        _confirm(session, second_confirmation, **STATISTICAL)
+        old, new = _alerts(session)
+        assert (new.kind, new.first_bad_commit_id, new.last_good_commit_id) == (AlertKind.violation, commits[2].id, commits[1].id)
+        (found,) = new.cases
+        assert (found["signature"]["evidence"], found["supersedes"]["evidence"]) == ("statistical", "certain")
+
+
+def test_a_failure_alerted_meanwhile_with_the_same_signature_opens_nothing_more(backend_factory: sessionmaker[Session]) -> None:
+    config = AnalysisConfig()
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-race-same", 3)
+        analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
+        (first_confirmation,) = analyse(session, _primary(session, commits[1], **STATISTICAL), config=config, now=NOW).queued
+        (second_confirmation,) = analyse(session, _primary(session, commits[2], **STATISTICAL), config=config, now=NOW).queued
+        _confirm(session, first_confirmation, **STATISTICAL)
+        _confirm(session, second_confirmation, **STATISTICAL)
+        (alert,) = _alerts(session)
+        assert alert.first_bad_commit_id == commits[1].id
