@@ -18,6 +18,7 @@ from service.history import alert_branch
 from service.models import Alert, AlertKind, AlertState, Commit, Run, Target
 from service.models.entries import AlertEntry, alert_entries
 from workers.analysis.context import Analysis
+from workers.analysis.resolution import catch_up_fixes
 from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ def open_alert(
         report.opened.append(alert_id)
         report.notifications += queue_alert_message(session, ctx.config.notify, alert, "opened")
         log.warning("alert_opened alert_id=%s kind=%s target=%s first_bad=%s", alert_id, kind.value, target.name, first_bad.sha)
+        catch_up_fixes(ctx, alert)  # later commits analysed before it opened
         return
     existing = session.scalars(
         select(Alert)

@@ -41,9 +41,10 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry], kno
     fails with a signature other than the one it replaces: a commit where the case still fails the old way is
     good for it, so its search runs within the range where the case was already failing and names the first
     commit with the new signature. Any other case whose failure there is ``known`` (another alert stood at that
-    commit for it, same reason or lossless) is not a failure of this search: it belongs to the other alert, as the
-    primary run's triage sets it aside; unless another case is bad, the commit is then unknown (the old failure
-    hides whether the new one is there).
+    commit for it, same reason or lossless) for another reason than this search's is not a failure of this search:
+    it belongs to the other alert, as the primary run's triage sets it aside; unless another case is bad, the commit
+    is then unknown (the old failure hides whether the new one is there). Known for this search's own reason, it is
+    the same failure: the commit is bad, and the search names the other alert's commit again (reopening it).
     """
     finished = [r for r in runs if r.status in FINISHED_STATUSES]
     if not finished:
@@ -61,6 +62,7 @@ def commit_outcome(runs: Sequence[TestedRun], entries: Sequence[AlertEntry], kno
         if (
             not superseding
             and case.verdict is Verdict.FAIL
+            and (case.case_id, reason) not in known  # the same failure as that alert's: the search names its commit again
             and ((case.case_id, failure_reason(case)) in known or (case.case_id, LOSSLESS) in known)
         ):
             masked = True

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from service.history import open_alerts
+from service.history import on_branch, open_alerts
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Verdict
 from service.models.entries import AlertEntry, alert_entries
-from workers.analysis.context import Analysis
+from workers.analysis.context import Analysis, load_cases
 from workers.analysis.drift import still_drifting
 from workers.analysis.triage import raised
 from workers.notify import queue_alert_message
@@ -96,6 +96,39 @@ def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> 
         elif fixed:
             ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "fixed", about=fixed)
             log.info("alert_cases_fixed alert_id=%s cases=%s at=%s", alert.id, fixed, run.commit.sha)
+
+
+def catch_up_fixes(ctx: Analysis, alert: Alert) -> None:
+    """Read the later commits' runs that were analysed before ``alert`` opened, in branch order, as
+    :func:`resolve_recovered` would have read them had the alert stood then: its cases fixed there are announced, and
+    it resolves if its last case is. A confirmation or a search can take longer than the next commits' own runs (a
+    push of several commits, a replayed history): their passes would otherwise never count as fixes."""
+    first = ctx.session.get(Commit, alert.first_bad_commit_id)
+    if first is None or alert.kind not in (AlertKind.violation, AlertKind.performance, AlertKind.exception):
+        return
+    later = ctx.session.scalars(
+        select(Run)
+        .join(Commit, Run.commit_id == Commit.id)
+        .where(
+            Commit.target_id == alert.target_id,
+            on_branch(first.branch),
+            Commit.branch_order > (first.branch_order or 0),
+            Run.status.in_([RunStatus.passed, RunStatus.failed]),
+        )
+        .order_by(Commit.branch_order, Run.id)
+    ).all()
+    latest: dict[int, Run] = {}
+    for run in later:
+        latest[run.commit_id] = run  # the commit's latest finished run decides, as at its own analysis
+    fixed: list[str] = []
+    for run in latest.values():
+        fixed += track_fixes(alert, run, load_cases(ctx.session, run.id))
+        if all(fixed_at(e) for e in alert_entries(alert.cases)):
+            resolve(ctx, alert, run)
+            return
+    if fixed:
+        ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "fixed", about=fixed)
+        log.info("alert_cases_fixed alert_id=%s cases=%s (runs analysed before it opened)", alert.id, fixed)
 
 
 def resolve_installed(ctx: Analysis, run: Run) -> None:

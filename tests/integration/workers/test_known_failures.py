@@ -398,3 +398,42 @@ def test_a_failure_alerted_meanwhile_with_the_same_signature_opens_nothing_more(
         _confirm(session, second_confirmation, **STATISTICAL)
         (alert,) = _alerts(session)
         assert alert.first_bad_commit_id == commits[1].id
+
+
+def test_fixes_analysed_before_their_alert_opened_are_reported_when_it_opens(backend_factory: sessionmaker[Session]) -> None:
+    """The replay of transformers 4.40.2, 4.41.2, 4.45.2 through `specwatch serve`: every commit's primary run came before
+    the first one's confirmation, so 4.45.2 (the case passing again) was analysed while no alert stood, and the alert
+    opened afterwards never heard of the fix. An alert now reads the later commits' runs as it opens: A fixed at
+    commit 3, B at commit 4, the alert resolved by commit 4 (Slack: "opened", then "resolved")."""
+    config = AnalysisConfig(notify=NotifyConfig(slack=True))
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-late-fix", 4)
+        analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
+        (confirmation_id,) = analyse(session, _run(session, commits[1], {A, B}), config=config, now=NOW).queued
+        for commit, failing in ((commits[2], {B}), (commits[3], set())):
+            analyse(session, _run(session, commit, failing), config=config, now=NOW)  # before any alert stands
+        assert _alerts(session) == []
+        confirmation = session.get_one(Run, confirmation_id)
+        confirmation.status = RunStatus.failed
+        for case_id in (A, B):
+            session.add(
+                CaseResult(
+                    run_id=confirmation_id,
+                    case_id=case_id,
+                    verdict=Verdict.FAIL,
+                    lossless=False,
+                    conformance=False,
+                    n_trials=10_000,
+                    log_e_value=math.log(THRESHOLD) + 5.0,
+                    e_value=THRESHOLD * math.exp(5.0),
+                    threshold=THRESHOLD,
+                )
+            )
+        session.flush()
+        analyse(session, confirmation_id, config=config, now=NOW)
+        (alert,) = _alerts(session)
+        fixes = {e["case_id"]: (e.get("fixed_sha"), e.get("fixed_order")) for e in alert.cases}
+        assert fixes == {A: (commits[2].sha, 3), B: (commits[3].sha, 4)}
+        assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commits[3].id)
+        messages = list(session.scalars(select(Notification.event).where(Notification.alert_id == alert.id).order_by(Notification.id)))
+        assert messages == ["opened", "resolved"]  # one analysis: the fixes and the resolution reported together

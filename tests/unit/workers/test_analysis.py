@@ -236,8 +236,9 @@ def test_how_two_signatures_of_a_case_are_compared(new: Signature, differs: bool
 
 
 def test_a_failure_another_alert_stood_for_is_not_bad_in_a_bisection():
-    """Issue 42: at a midpoint where another alert stood for the case (same reason, or lossless), its failure is
-    that alert's: the commit cannot tell (unknown), unless another case of the search is bad there."""
+    """Issue 42: at a midpoint where another alert stood for the case for another reason than the search's (its
+    lossless failure, under a conformance or drift search), its failure is that alert's: the commit cannot tell
+    (unknown), unless another case of the search is bad there."""
 
     def failing(case_id: str, *, lossless: bool) -> CaseResult:
         return CaseResult(case_id=case_id, verdict=Verdict.FAIL, lossless=lossless, conformance=not lossless)
@@ -246,7 +247,8 @@ def test_a_failure_another_alert_stood_for_is_not_bad_in_a_bisection():
     runs = [TestedRun(1, RunStatus.failed, None, {a: failing(a, lossless=False)})]
     entries = [{"case_id": a, "reason": "lossless"}]
     assert commit_outcome(runs, entries) is CommitOutcome.BAD
-    assert commit_outcome(runs, entries, {(a, "lossless")}) is CommitOutcome.UNKNOWN
+    # Known for the search's own reason: the same failure, so the search names that alert's commit again (reopens it).
+    assert commit_outcome(runs, entries, {(a, "lossless")}) is CommitOutcome.BAD
     assert commit_outcome(runs, entries, {(b, "lossless")}) is CommitOutcome.BAD
     both = [TestedRun(1, RunStatus.failed, None, {a: failing(a, lossless=False), b: failing(b, lossless=False)})]
     two = [*entries, {"case_id": b, "reason": "lossless"}]
