@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 import math
 
-from service.models import AlertKind, CaseResult, Run, RunStatus, Verdict
-from service.models.entries import RAISED, FailureEntry
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, aliased
+
+from service.history import alert_branch
+from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Verdict
+from service.models.entries import RAISED, FailureEntry, alert_entries
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
 from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, Signature, confirmation, signatures_differ
 from workers.analysis.state import RunAnalysis, load_analysis
-from workers.analysis.triage import FailureReason, entry, failure_reason, known_failures, raised, superseding
+from workers.analysis.triage import FailureReason, entry, failure_reason, raised, superseding
 from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,34 @@ def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[st
     return entries
 
 
+def _standing_at(session: Session, run: Run) -> dict[tuple[str, str], list[Signature | None]]:
+    """The failures the branch's alerts stand for at ``run``'s commit, now: begun at or before it and not resolved,
+    or resolved by a later commit (an alert that opened after this commit's own analysis may already be resolved by
+    a commit after it: at this commit it stood all the same), with the signatures their entries recorded."""
+    commit = run.commit
+    order = commit.branch_order or 0
+    first_bad, resolver = aliased(Commit), aliased(Commit)
+    alerts = session.scalars(
+        select(Alert)
+        .join(first_bad, Alert.first_bad_commit_id == first_bad.id)
+        .outerjoin(resolver, Alert.resolved_by_commit_id == resolver.id)
+        .where(
+            Alert.target_id == commit.target_id,
+            Alert.branch == alert_branch(commit),
+            Alert.kind.in_([AlertKind.violation, AlertKind.exception, AlertKind.performance]),
+            first_bad.branch_order <= order,
+            or_(Alert.state != AlertState.resolved, resolver.branch_order > order),
+        )
+        .order_by(Alert.id)
+    ).all()
+    standing: dict[tuple[str, str], list[Signature | None]] = {}
+    for alert in alerts:
+        for e in alert_entries(alert.cases):
+            stored = e.get("signature")
+            standing.setdefault((e["case_id"], e["reason"]), []).append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
+    return standing
+
+
 def _against_alerts_now(entries: list[FailureEntry], known: dict[tuple[str, str], list[Signature | None]]) -> list[FailureEntry]:
     """``entries`` triaged again against the alerts that stand at the parent's commit now. The parent's triage saw
     the alerts of its own analysis; an alert opened since (the confirmation of an earlier commit's failure, analysed
@@ -108,7 +140,7 @@ def analyse_confirmation(ctx: Analysis, run: Run, cases: dict[str, CaseResult], 
     if parent is None:
         analysis.confirmed = False
         return
-    entries = _against_alerts_now(_confirmed_entries(parent, load_cases(session, parent.id), cases), known_failures(session, parent))
+    entries = _against_alerts_now(_confirmed_entries(parent, load_cases(session, parent.id), cases), _standing_at(session, parent))
     analysis.confirmed = [e["case_id"] for e in entries]
     parent_analysis = load_analysis(parent)
     if entries or parent_analysis.known_failing:  # a known failure still fails the commit

@@ -437,3 +437,30 @@ def test_fixes_analysed_before_their_alert_opened_are_reported_when_it_opens(bac
         assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commits[3].id)
         messages = list(session.scalars(select(Notification.event).where(Notification.alert_id == alert.id).order_by(Notification.id)))
         assert messages == ["opened", "resolved"]  # one analysis: the fixes and the resolution reported together
+
+
+def test_the_replayed_history_alerts_each_bug_at_its_commit_and_each_fix(backend_factory: sessionmaker[Session]) -> None:
+    """The replay of transformers 4.40.2, 4.41.2, 4.45.2 as `specwatch serve` ran it: the three primary runs first
+    (A fails certainly, then statistically, then passes), then the confirmations. The first alert opens at commit 1
+    and, reading commit 3's pass, resolves at once; commit 2's failure stood inside it, so it is a new failure of A
+    (another signature): its own alert at commit 2, last good commit 1, fixed by commit 3 as well."""
+    config = AnalysisConfig()
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-replay", 3)
+        (first,) = analyse(session, _primary(session, commits[0], **CERTAIN), config=config, now=NOW).queued
+        (second,) = analyse(session, _primary(session, commits[1], **STATISTICAL), config=config, now=NOW).queued
+        assert analyse(session, _run(session, commits[2], set()), config=config, now=NOW).kind is None
+        _confirm(session, first, **CERTAIN)
+        (old,) = _alerts(session)
+        assert (old.first_bad_commit_id, old.state, old.resolved_by_commit_id) == (commits[0].id, AlertState.resolved, commits[2].id)
+        _confirm(session, second, **STATISTICAL)
+        old, new = _alerts(session)
+        assert old.state is AlertState.resolved  # not reopened by the failure of another signature
+        assert (new.first_bad_commit_id, new.last_good_commit_id) == (commits[1].id, commits[0].id)
+        (found,) = new.cases
+        assert (found["signature"]["evidence"], found["supersedes"]["evidence"], found["fixed_sha"]) == (
+            "statistical",
+            "certain",
+            commits[2].sha,
+        )
+        assert (new.state, new.resolved_by_commit_id) == (AlertState.resolved, commits[2].id)
