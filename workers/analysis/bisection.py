@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
-from service.history import alert_branch
-from service.models import FINISHED_STATUSES, Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
+from service.models import FINISHED_STATUSES, AlertKind, AlertState, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
 from service.models.entries import RAISED, AlertEntry, alert_entries
 from workers.analysis.alerts import open_alert
 from workers.analysis.context import Analysis, child_run, lock_run
@@ -24,7 +22,7 @@ from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CommitOutcome, Sig
 from workers.analysis.drift import still_drifting
 from workers.analysis.history import TestedRun, load_branch
 from workers.analysis.state import BisectionState, RunAnalysis, load_analysis, load_bisection, store_bisection
-from workers.analysis.triage import failure_reason, raised, signature
+from workers.analysis.triage import failure_alert_spans, failure_reason, raised, signature
 
 #: Known failures at one commit: (case, reason) pairs of the alerts that stood there.
 Known = Collection[tuple[str, str]]
@@ -97,25 +95,11 @@ def standing_alerts(session: Session, detected: Run) -> Standing:
     """The failure alerts of ``detected``'s branch other than its own, each with the branch orders it stood over
     (from its first bad commit to the commit that resolved it, exclusive; open: onwards) and its (case, reason)
     pairs: the failures known at each commit of the search."""
-    commit = detected.commit
-    first_bad, resolver = aliased(Commit), aliased(Commit)
-    rows = session.execute(
-        select(Alert, first_bad.branch_order, resolver.branch_order)
-        .join(first_bad, Alert.first_bad_commit_id == first_bad.id)
-        .outerjoin(resolver, Alert.resolved_by_commit_id == resolver.id)
-        .where(
-            Alert.target_id == commit.target_id,
-            Alert.branch == alert_branch(commit),
-            Alert.kind.in_([AlertKind.violation, AlertKind.performance, AlertKind.exception]),
-            Alert.detected_run_id.is_distinct_from(detected.id),
-        )
-        .order_by(Alert.id)
-    ).all()
     standing: Standing = []
-    for alert, began, ended in rows:
-        if alert.state is AlertState.resolved and ended is None:
-            continue  # resolved by hand: where it ended is not known
-        standing.append(((began or 0, ended), {(e["case_id"], str(e["reason"])) for e in alert_entries(alert.cases)}))
+    for alert, began, ended in failure_alert_spans(session, detected.commit):
+        if alert.detected_run_id == detected.id or (alert.state is AlertState.resolved and ended is None):
+            continue  # its own alert; resolved by hand: where it ended is not known
+        standing.append(((began, ended), {(e["case_id"], str(e["reason"])) for e in alert_entries(alert.cases)}))
     return standing
 
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 import logging
 import math
 
-from sqlalchemy import or_, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
-from service.history import alert_branch
-from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Verdict
-from service.models.entries import RAISED, FailureEntry, alert_entries
+from service.models import AlertKind, AlertState, CaseResult, Run, RunStatus, Verdict
+from service.models.entries import RAISED, FailureEntry
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
 from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, Signature, confirmation, signatures_differ
 from workers.analysis.state import RunAnalysis, load_analysis
-from workers.analysis.triage import FailureReason, entry, failure_reason, raised, superseding
+from workers.analysis.triage import FailureReason, entry, failure_alert_spans, failure_reason, raised, signatures_of, superseding
 from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
@@ -87,28 +85,11 @@ def _standing_at(session: Session, run: Run) -> dict[tuple[str, str], list[Signa
     """The failures the branch's alerts stand for at ``run``'s commit, now: begun at or before it and not resolved,
     or resolved by a later commit (an alert that opened after this commit's own analysis may already be resolved by
     a commit after it: at this commit it stood all the same), with the signatures their entries recorded."""
-    commit = run.commit
-    order = commit.branch_order or 0
-    first_bad, resolver = aliased(Commit), aliased(Commit)
-    alerts = session.scalars(
-        select(Alert)
-        .join(first_bad, Alert.first_bad_commit_id == first_bad.id)
-        .outerjoin(resolver, Alert.resolved_by_commit_id == resolver.id)
-        .where(
-            Alert.target_id == commit.target_id,
-            Alert.branch == alert_branch(commit),
-            Alert.kind.in_([AlertKind.violation, AlertKind.exception, AlertKind.performance]),
-            first_bad.branch_order <= order,
-            or_(Alert.state != AlertState.resolved, resolver.branch_order > order),
-        )
-        .order_by(Alert.id)
-    ).all()
-    standing: dict[tuple[str, str], list[Signature | None]] = {}
-    for alert in alerts:
-        for e in alert_entries(alert.cases):
-            stored = e.get("signature")
-            standing.setdefault((e["case_id"], e["reason"]), []).append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
-    return standing
+    order = run.commit.branch_order or 0
+    spans = failure_alert_spans(session, run.commit)
+    return signatures_of(
+        alert for alert, began, ended in spans if began <= order and (alert.state is not AlertState.resolved or (ended or 0) > order)
+    )
 
 
 def _against_alerts_now(entries: list[FailureEntry], known: dict[tuple[str, str], list[Signature | None]]) -> list[FailureEntry]:

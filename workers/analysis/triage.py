@@ -8,14 +8,15 @@ later regression.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sqlalchemy.orm import Session
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
 
-from service.history import open_alerts, previous_tested_run
-from service.models import AlertKind, CaseResult, Run, Verdict
+from service.history import alert_branch, open_alerts, previous_tested_run
+from service.models import Alert, AlertKind, CaseResult, Commit, Run, Verdict
 from service.models.entries import RAISED, FailureEntry, RaisedEntry, TestedEntry, UninstallableEntry, alert_entries
 from workers.analysis.context import load_cases
 from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CaseOutcome, Signature, signatures_differ
@@ -106,16 +107,39 @@ def uninstallable_entry(run: Run) -> UninstallableEntry:
     return UninstallableEntry(case_id="(install)", reason="uninstallable", requirement=found[1] if found else None, error=error[:500])
 
 
-def known_failures(session: Session, run: Run) -> dict[tuple[str, str], list[Signature | None]]:
-    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit, with
-    the signatures their entries recorded (None: an entry written before signatures, which any signature matches)."""
-    alerts = open_alerts(session, run.commit, at_commit=True, kinds=[AlertKind.violation, AlertKind.exception, AlertKind.performance])
+#: The alert kinds that stand for failures of cases (what triage sets aside, a search masks, a confirmation weighs).
+FAILURE_KINDS = (AlertKind.violation, AlertKind.exception, AlertKind.performance)
+
+
+def signatures_of(alerts: Iterable[Alert]) -> dict[tuple[str, str], list[Signature | None]]:
+    """The (case, reason) pairs of ``alerts`` with the signatures their entries recorded (None: an entry written
+    before signatures, which any signature matches)."""
     known: dict[tuple[str, str], list[Signature | None]] = {}
     for alert in alerts:
         for e in alert_entries(alert.cases):
             stored = e.get("signature")
             known.setdefault((e["case_id"], e["reason"]), []).append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
     return known
+
+
+def known_failures(session: Session, run: Run) -> dict[tuple[str, str], list[Signature | None]]:
+    """(case, reason) pairs of the branch's alerts that are not resolved and began at or before this commit, with
+    the signatures their entries recorded (:func:`signatures_of`)."""
+    return signatures_of(open_alerts(session, run.commit, at_commit=True, kinds=list(FAILURE_KINDS)))
+
+
+def failure_alert_spans(session: Session, commit: Commit) -> list[tuple[Alert, int, int | None]]:
+    """The failure alerts of ``commit``'s branch (:data:`FAILURE_KINDS`), each with the branch order of its first bad
+    commit and of the commit that resolved it (None: open, or resolved by hand), by id."""
+    first_bad, resolver = aliased(Commit), aliased(Commit)
+    rows = session.execute(
+        select(Alert, first_bad.branch_order, resolver.branch_order)
+        .join(first_bad, Alert.first_bad_commit_id == first_bad.id)
+        .outerjoin(resolver, Alert.resolved_by_commit_id == resolver.id)
+        .where(Alert.target_id == commit.target_id, Alert.branch == alert_branch(commit), Alert.kind.in_(FAILURE_KINDS))
+        .order_by(Alert.id)
+    ).all()
+    return [(alert, began or 0, ended) for alert, began, ended in rows]
 
 
 @dataclass(frozen=True)
