@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 
 import redis
 
@@ -24,6 +25,9 @@ SERVER = os.environ.get("SPECWATCH_TEST_REDIS_URL", "redis://127.0.0.1:6379").rs
 #: second instance beside the worker tests' (two instances on one machine).
 PURPOSES = ("workers", "webhooks", "routes", "second-instance")
 CLAIM_TTL_S = 120
+#: How long a claim waits for a database while other test runs on the server hold them all (up to 15: a process
+#: takes one per purpose it uses, so several checkouts testing at once can fill them).
+CLAIM_WAIT_S = float(os.environ.get("SPECWATCH_TEST_REDIS_WAIT_S", "900"))
 _PREFIX = "specwatch-test:claim:"
 # Renew (or release) a claim only while it is still this process's.
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) else return 0 end"
@@ -51,17 +55,22 @@ def _database_count(client: redis.Redis) -> int:
 
 
 def _claim_one() -> int:
-    """Claim a free database (the highest number first); called under the lock."""
+    """Claim a free database (the highest number first), waiting up to :data:`CLAIM_WAIT_S` while other test runs
+    hold them all (they release theirs when they end); called under the lock."""
     client = _client()
+    deadline = time.monotonic() + CLAIM_WAIT_S
     try:
-        for number in range(_database_count(client) - 1, 0, -1):
-            if client.set(f"{_PREFIX}{number}", _token, nx=True, ex=CLAIM_TTL_S):
-                return number
+        while True:
+            for number in range(_database_count(client) - 1, 0, -1):
+                if client.set(f"{_PREFIX}{number}", _token, nx=True, ex=CLAIM_TTL_S):
+                    return number
+            if time.monotonic() >= deadline or _stop.wait(0.5):
+                break
     finally:
         client.close()
     raise NoFreeRedisDatabaseError(
-        f"no free database on {SERVER}: other test runs hold the rest (keys {_PREFIX}* in database 0; each expires "
-        f"{CLAIM_TTL_S} s after its run stops)"
+        f"no free database on {SERVER} after {CLAIM_WAIT_S:.0f} s: other test runs hold the rest (keys {_PREFIX}* in "
+        f"database 0; each expires {CLAIM_TTL_S} s after its run stops)"
     )
 
 
