@@ -9,7 +9,9 @@ TV 0.1), and ``lossless/first3``, the joint law of the first ``LENGTH`` tokens, 
 (its 512 cells would need about 10 000 trials at TV 0.1). Greedy cases (temperature 0) compare the speculative output
 with greedy decoding of the float64 reference on random prompts of 1 to 8 tokens, leaving out prompts whose top-2
 gap is within float noise. Coverage: drafts and accepted drafts per verification round and rounds per call, read
-from the responses' ``from_draft`` flags (:func:`~specwatch.targets.mlx.paths.rounds_of`).
+from the responses' ``from_draft`` flags (:func:`~specwatch.targets.mlx.paths.rounds_of`), designed (a round of at
+least 2 drafts accepting all, one accepting some but not all) where a round drafts 2 or more: with
+``num_draft_tokens=1`` no round can accept part of its drafts, and its cases have no coverage design.
 """
 
 from __future__ import annotations
@@ -56,12 +58,26 @@ PROCESSOR_SETTINGS: dict[str, MlxSampling] = {
 #: Every sampler option and every penalty at once, per prompt (no one setting makes every cut bite on both).
 ALL_ON: dict[str, MlxSampling] = {
     "prompt5": MlxSampling(
-        temperature=0.8, top_p=0.97, min_p=0.2, xtc_probability=0.5, xtc_threshold=0.15, top_k=3, repetition_penalty=1.2,
-        presence_penalty=0.5, frequency_penalty=0.3,
+        temperature=0.8,
+        top_p=0.97,
+        min_p=0.2,
+        xtc_probability=0.5,
+        xtc_threshold=0.15,
+        top_k=3,
+        repetition_penalty=1.2,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
     ),
     "prompt1": MlxSampling(
-        temperature=0.8, top_p=0.9, min_p=0.12, xtc_probability=0.5, xtc_threshold=0.1, top_k=2, repetition_penalty=1.5,
-        presence_penalty=0.5, frequency_penalty=0.3,
+        temperature=0.8,
+        top_p=0.9,
+        min_p=0.12,
+        xtc_probability=0.5,
+        xtc_threshold=0.1,
+        top_k=2,
+        repetition_penalty=1.5,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
     ),
 }
 PLAIN = MlxSampling(temperature=1.0)
@@ -255,7 +271,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
         add(
             case_id,
             f"stream_generate ({where}; {sampling.describe()}; prompt {prompt}): {described}",
-            lambda device, s=sampling, p=PROMPTS[prompt], k=k: GenerateExperiment(StreamGenerate(k), s, p, speculative=k > 0),
+            lambda device, s=sampling, p=PROMPTS[prompt], k=k: GenerateExperiment(StreamGenerate(k), s, p, speculative=k >= 2),
             no_draft if k else None,
         )
 
@@ -275,7 +291,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
             f"e2e/greedy/k{k}",
             f"temperature 0: stream_generate with the draft model (num_draft_tokens={k}) equals greedy decoding of the float64 "
             "reference (prompts of 1 to 8 tokens)",
-            lambda device, k=k: GreedyExperiment(StreamGenerate(k)),
+            lambda device, k=k: GreedyExperiment(StreamGenerate(k), speculative=k >= 2),
             no_draft,
         )
     add(

@@ -84,7 +84,7 @@ class MlxSampling:
     def active(self) -> dict[str, bool]:
         """Which processors and cuts change the law (mlx-lm's own conditions for adding each to its chain)."""
         return {
-            "repetition": self.repetition_penalty is not None and self.repetition_penalty != 0 and self.repetition_penalty != 1,
+            "repetition": self.repetition_penalty is not None and self.repetition_penalty not in {0, 1},
             "presence": bool(self.presence_penalty),
             "frequency": bool(self.frequency_penalty),
             "top-p": 0 < self.top_p < 1.0,
@@ -121,7 +121,7 @@ class MlxSampling:
             x[distinct] -= float(self.presence_penalty)  # type: ignore[arg-type]
         if self.active["frequency"]:
             for token, count in Counter(window).items():
-                x[token] -= float(self.frequency_penalty) * count  # type: ignore[operator]
+                x[token] -= float(self.frequency_penalty) * count  # type: ignore[arg-type]
         return x
 
     def logprobs(self, logits: NDArray[np.floating], history: Sequence[int]) -> FloatArray:
@@ -266,7 +266,9 @@ class MlxSampling:
             for name in names:
                 moved = sum(weight * e[name] for weight, e in rows)
                 if moved < LEAST_EFFECT:
-                    raise LawFixtureError(f"{name} moves only {moved:.3g} of the mass at position {t} (on average over its rows): choose another fixture")
+                    raise LawFixtureError(
+                        f"{name} moves only {moved:.3g} of the mass at position {t} (on average over its rows): choose another fixture"
+                    )
         return law
 
     def describe(self) -> str:

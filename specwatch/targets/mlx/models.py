@@ -114,6 +114,7 @@ def tokenizer() -> Any:
         wrapper = importlib.import_module("mlx_lm.tokenizer_utils").TokenizerWrapper
         model = tokenizers.Tokenizer(tokenizers.models.WordLevel({c: i for i, c in enumerate(PIECES)}, unk_token=PIECES[0]))
         model.pre_tokenizer = tokenizers.pre_tokenizers.Split("", "isolated")
+        model.decoder = tokenizers.decoders.Fuse()  # one character a token, joined without spaces
         _tokenizer.append(wrapper(transformers.PreTrainedTokenizerFast(tokenizer_object=model)))
     return _tokenizer[0]
 
