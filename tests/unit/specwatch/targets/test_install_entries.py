@@ -88,3 +88,12 @@ def test_an_mlx_lm_release_without_an_mlx_range_gets_the_cpu_backend_unpinned(tm
     assert macos_requirement_elsewhere("mlx[metal]>=0.29 ", "cpu") == "mlx[cpu]>=0.29"
     with pytest.raises(ValueError, match="not a requirement"):
         macos_requirement_elsewhere(">=1", "cpu")
+
+
+@pytest.mark.parametrize("requirement", ["mlx-lm==0.32.2", "mlx_lm==0.32.2", "MLX-LM==0.32.2"])
+def test_an_mlx_lm_release_is_tested_by_the_mlx_target(requirement: str) -> None:
+    import argparse
+
+    from specwatch.__main__ import _target_of
+
+    assert _target_of(argparse.Namespace(pip=requirement, source=None, target=None)) == "mlx"
