@@ -9,7 +9,7 @@ export OMP_NUM_THREADS := 1
 # pytest over two processes; the tests of one xdist_group share a process.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: install check test test-cold test-slow test-all test-unit test-vllm test-sglang test-llamacpp test-openvino test-compose test-deps lint bench clean
+.PHONY: install check test test-cold test-slow test-all test-unit test-vllm test-sglang test-llamacpp test-openvino test-mlx test-compose test-deps lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,13 +26,13 @@ check: install
 # then lint and type checks, then every test but the slow tier and the vLLM tests (a few minutes).
 # Nothing may skip but GPU tests. CI runs this, then `make test-slow` and `make test-vllm` (`make test-all`).
 test: test-deps install lint
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp and not openvino"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp and not openvino and not mlx"
 
 # The slow tier (103 tests, 10 to 12 minutes on 2 idle cores): the statistical end-to-end runs against the real transformers
 # code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
 # subprocesses, release installs and the sandbox probes.
 test-slow: test-deps install
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp and not openvino"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp and not openvino and not mlx"
 
 # Everything CI runs.
 test-all: test test-cold test-slow test-vllm test-sglang test-llamacpp test-compose
@@ -85,6 +85,13 @@ test-openvino: test-deps install
 	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(OPENVINO_PIP)'))" > .openvino-path
 	PYTHONPATH="$$(cat .openvino-path)" OMP_NUM_THREADS=1 SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m openvino tests/e2e/test_openvino_target.py
 
+# MLX-LM on MLX's CPU backend: MLX_PIP installed into the release cache with mlx[cpu] beside it (Linux: mlx-lm asks
+# for mlx on macOS only), then the target's tests with it first on PYTHONPATH.
+MLX_PIP ?= mlx-lm==0.32.2
+test-mlx: test-deps install
+	$(BIN)/python -c "from specwatch.targets.install import pip_install; print(pip_install('$(MLX_PIP)'))" > .mlx-path
+	PYTHONPATH="$$(cat .mlx-path)" OMP_NUM_THREADS=1 SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest -m mlx tests/e2e/test_mlx_target.py
+
 # Each library target's quick check from an empty release cache, sandboxed (scripts/cold-check.sh): the install or
 # build step a user's first run takes on a new machine, writing only its own cache entry, each check's table and wall
 # time printed. COLD_CACHE must be empty or missing (the default, .cold-cache, is emptied first); it is kept, so that
@@ -109,7 +116,7 @@ test-compose: install
 # The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install
 	scripts/test-deps.sh --tools
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp and not openvino" tests/unit
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "not slow and not vllm and not sglang and not llamacpp and not openvino and not mlx" tests/unit
 
 test-deps:
 	scripts/test-deps.sh

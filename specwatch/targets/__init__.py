@@ -1,7 +1,7 @@
 """Targets: what the suite tests. ``reference``, ``mutant:NAME``, ``module:function`` or a library
 adapter (``transformers``, ``vllm``, ``sglang``: the installed package, whatever version is importable;
 ``transformers+mutant:NAME``: transformers with a library-level mutant planted in it; ``llamacpp``: llama.cpp
-through llama-cpp-python and the tools built with it).
+through llama-cpp-python and the tools built with it; ``mlx``: MLX-LM on MLX).
 
 Adapters for real libraries are the packages beside this module (:mod:`.transformers`, :mod:`.vllm`, :mod:`.sglang`);
 :mod:`.install` decides which copy of a library is tested (a pip release or a source checkout).
@@ -66,6 +66,13 @@ def _llamacpp(spec: str) -> Target:
     return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
 
 
+def _mlx(spec: str) -> Target:
+    from specwatch.targets.mlx.adapter import MlxAdapter  # noqa: PLC0415 - optional library
+
+    adapter = MlxAdapter.load()  # AdapterError is a TargetError
+    return Target(spec, adapter.sampler(), adapter.cases(), adapter.describe())
+
+
 def _sglang(spec: str) -> Target:
     from specwatch.targets.sglang import AdapterError, SglangAdapter  # noqa: PLC0415 - optional library
 
@@ -80,7 +87,7 @@ def _user_function(spec: str) -> Target:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(
-            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm', 'sglang', 'llamacpp' or "
+            "target must be 'reference', 'mutant:NAME', 'transformers', 'transformers+mutant:NAME', 'vllm', 'sglang', 'llamacpp', 'mlx' or "
             f"'module:function', got {spec!r}"
         )
     try:
@@ -105,7 +112,7 @@ def resolve(spec: str) -> Target:
         return Target(spec, reference_sampler)
     if spec == "transformers" or spec.startswith("transformers+mutant:"):
         return _transformers(spec)
-    libraries = {"vllm": _vllm, "sglang": _sglang, "llamacpp": _llamacpp}
+    libraries = {"vllm": _vllm, "sglang": _sglang, "llamacpp": _llamacpp, "mlx": _mlx}
     if spec in libraries:
         return libraries[spec](spec)
     if spec.startswith("mutant:"):

@@ -24,6 +24,7 @@ stderr: the install step of a sandboxed worker run (:mod:`workers.sandbox`).
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -99,6 +100,10 @@ KERNELS_ONLY = {"vllm": (KERNELS_ONLY_SINCE["vllm"], VLLM_KERNEL_CHAIN), "sglang
 #: only: the suite exports its tiny models with optimum-intel (``optimum-cli export openvino``), which converts the
 #: tokenizer through openvino-tokenizers (a dependency of the release, at its version).
 BESIDE: dict[str, tuple[str, ...]] = {"openvino-genai": ("optimum-intel",)}
+#: Per library: a requirement of the release that its metadata limits to macOS, installed beside it elsewhere with
+#: these extras, at the version range the release asks for on macOS. mlx-lm requires ``mlx`` on macOS only
+#: (``mlx>=X; platform_system == "Darwin"``): on Linux the suite adds MLX's CPU backend, ``mlx[cpu]>=X``.
+MACOS_ONLY: dict[str, tuple[str, str]] = {"mlx-lm": ("mlx", "cpu")}
 #: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
 KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
 
@@ -207,9 +212,41 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
                 print(f"unpinning {', '.join(relaxed)} for {requirement}: the release's metadata conflicts", file=sys.stderr, flush=True)  # noqa: T201
             result = _pip_target([requirement, *companions], target, constraints, {n: v for n, v in pins.items() if n in _BINARY_CRITICAL})
     _raise_on_failure(requirement, target, result)
+    beside = _macos_only_beside(requirement, target)
+    if beside is not None:
+        result = _pip_target([beside], target, constraints, pins)
+        _raise_on_failure(beside, target, result)
     _keep_interpreter_builds(target)
-    done.write_text(requirement + "\n" + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed))
+    done.write_text(
+        requirement
+        + "\n"
+        + "".join(f"unpinned: {name} (the interpreter's {pins[name]} is used)\n" for name in relaxed)
+        + (f"beside: {beside}\n" if beside else "")
+    )
     return target
+
+
+def _macos_only_beside(requirement: str, target: Path, *, system: str | None = None) -> str | None:
+    """The requirement installed beside ``requirement`` on this system (``system``: ``platform.system()``), from the
+    release's own metadata in ``target`` (:data:`MACOS_ONLY`): ``mlx[cpu]>=X`` for ``mlx-lm==V`` on Linux, None on macOS
+    (pip installed ``mlx`` with the release) or for a library without such a requirement."""
+    name = _requirement_name(requirement)
+    if name not in MACOS_ONLY or (system or platform.system()) == "Darwin":
+        return None
+    dependency, extras = MACOS_ONLY[name]
+    for spec in _requires_dist(target, name):
+        head, _, marker = spec.partition(";")
+        if _requirement_name(head) == dependency and "extra ==" not in marker:
+            return macos_requirement_elsewhere(head, extras)
+    return f"{dependency}[{extras}]"
+
+
+def macos_requirement_elsewhere(spec: str, extras: str) -> str:
+    """``mlx>=0.30.4`` (a Requires-Dist line's requirement, without its marker) as ``mlx[cpu]>=0.30.4``."""
+    found = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)\s*(?:\[[^\]]*\])?\s*\(?([^)]*)\)?\s*", spec)
+    if found is None:
+        raise ValueError(f"not a requirement: {spec!r}")
+    return f"{found[1]}[{extras}]{found[2].replace(' ', '')}"
 
 
 def kernels_only(requirement: str) -> bool:

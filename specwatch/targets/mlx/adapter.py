@@ -1,0 +1,82 @@
+"""MLX-LM as a target: what the installed release offers, found by looking.
+
+``--pip mlx-lm==X`` installs the release with MLX's CPU backend (``mlx[cpu]``) on Linux
+(:data:`specwatch.targets.install.MACOS_ONLY`). MLX-LM exposes no rejection-sampling function to call on a fixture:
+its draft model is verified by exact match inside ``speculative_generate_step``, so the target has end-to-end cases
+only (:mod:`.e2e`); the direct sampler refuses with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+
+import torch
+
+from specwatch.cases import Case
+from specwatch.sampling import Sampler, SpecOutput, SpecStep
+from specwatch.targets import TargetError
+
+DISTRIBUTION = "mlx-lm"
+
+
+class AdapterError(TargetError):
+    """mlx-lm (or MLX) cannot be loaded or lacks what the suite needs."""
+
+
+@dataclass
+class MlxAdapter:
+    module: ModuleType
+    version: str
+    mlx_version: str
+    device: str
+    features: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> MlxAdapter:
+        try:
+            mx = importlib.import_module("mlx.core")
+            mlx_lm = importlib.import_module("mlx_lm")
+            generate = importlib.import_module("mlx_lm.generate")
+        except Exception as exc:
+            raise AdapterError(
+                f"cannot import mlx_lm and mlx.core: {type(exc).__name__}: {exc} (on Linux MLX needs its CPU backend: mlx[cpu])"
+            ) from exc
+        features = {
+            "speculative_generate_step": hasattr(generate, "speculative_generate_step"),
+            "stream_generate": hasattr(generate, "stream_generate"),
+        }
+        version = str(getattr(mlx_lm, "__version__", None) or _version(DISTRIBUTION))
+        return cls(mlx_lm, version, str(getattr(mx, "__version__", "unknown")), str(mx.default_device()), features)
+
+    def describe(self) -> dict[str, str]:
+        """The release's identity: the distribution, its version, MLX's version and the device it computes on."""
+        return {
+            "name": "mlx",
+            "distribution": DISTRIBUTION,
+            "version": self.version,
+            "path": str(getattr(self.module, "__file__", "") or ""),
+            "mlx": self.mlx_version,
+            "mlx_device": self.device,
+            "torch": torch.__version__,
+        }
+
+    def sampler(self) -> Sampler:
+        def none(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
+            raise AdapterError("mlx-lm has no rejection-sampling function to call on a fixture: its cases are end to end")
+
+        return none
+
+    def cases(self) -> tuple[Case, ...]:
+        from specwatch.targets.mlx.e2e import e2e_cases  # noqa: PLC0415 - the tiny models need transformers
+
+        return e2e_cases(self)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,316 @@
+"""End-to-end cases of the MLX-LM target: ``stream_generate``/``generate`` with and without a draft model against
+exact laws of the tiny models (:mod:`.models`).
+
+Each trial generates ``HORIZON`` tokens from its prompt with its own seed (drawn from the case's generator). Checks:
+``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against its exact conditional law from one
+float64 forward over prompt + output, processed by MLX-LM's processors and sampler in their order (:mod:`.law`; rows
+within float32 noise of a boundary are left out), which size the run (``HORIZON`` observations a trial: 281 trials at
+TV 0.1), and ``lossless/first3``, the joint law of the first ``LENGTH`` tokens, which rides along without sizing it
+(its 512 cells would need about 10 000 trials at TV 0.1). Greedy cases (temperature 0) compare the speculative output
+with greedy decoding of the float64 reference on random prompts of 1 to 8 tokens, leaving out prompts whose top-2
+gap is within float noise. Coverage: drafts and accepted drafts per verification round and rounds per call, read
+from the responses' ``from_draft`` flags (:func:`~specwatch.targets.mlx.paths.rounds_of`), designed (a round of at
+least 2 drafts accepting all, one accepting some but not all) where a round drafts 2 or more: with
+``num_draft_tokens=1`` no round can accept part of its drafts, and its cases have no coverage design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from specwatch.cases import Case
+from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null
+from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation, Violation
+from specwatch.protocol import Layer
+from specwatch.sampling import TargetRaised
+from specwatch.targets.mlx.law import LawFixtureError, MlxSampling
+from specwatch.targets.mlx.models import FORWARD_TOLERANCE, VOCAB, conditional_logits, forward_difference, next_token_logits, tokens_of
+from specwatch.targets.mlx.paths import PathError, StreamGenerate, Trial
+
+LENGTH = 3
+HORIZON = 12
+#: The prompts of several tokens and of one.
+PROMPTS: dict[str, tuple[int, ...]] = {"prompt5": tuple(tokens_of("abcab")), "prompt1": tuple(tokens_of("b"))}
+#: The least trials of a case whose checks see ``HORIZON`` tokens a trial (the conditional design needs 281 at TV 0.1).
+MIN_TRIALS = 256
+#: Drafts per round where a case does not say otherwise.
+NUM_DRAFT = 3
+#: The settings of the sampling cases: each sampler option alone, combined, each logits processor (with the prompts
+#: of one token and of several), and all together. Each active option moves at least 1 % of the mass at every
+#: position of the joint law, and no enumerated row lies within float noise of a boundary (checked when the law is
+#: built: LawFixtureError).
+SAMPLER_SETTINGS: dict[str, MlxSampling] = {
+    "top_p": MlxSampling(top_p=0.8),
+    "min_p": MlxSampling(min_p=0.1),
+    "xtc": MlxSampling(xtc_probability=0.5, xtc_threshold=0.2),
+    "top_k": MlxSampling(top_k=3),
+    "sampler_combined": MlxSampling(top_p=0.93, min_p=0.14, xtc_probability=0.5, xtc_threshold=0.1, top_k=2),
+}
+PROCESSOR_SETTINGS: dict[str, MlxSampling] = {
+    "repetition": MlxSampling(repetition_penalty=1.5),
+    "presence": MlxSampling(presence_penalty=1.0),
+    "frequency": MlxSampling(frequency_penalty=0.7),
+}
+#: Every sampler option and every penalty at once, per prompt (no one setting makes every cut bite on both).
+ALL_ON: dict[str, MlxSampling] = {
+    "prompt5": MlxSampling(
+        temperature=0.8,
+        top_p=0.97,
+        min_p=0.2,
+        xtc_probability=0.5,
+        xtc_threshold=0.15,
+        top_k=3,
+        repetition_penalty=1.2,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
+    ),
+    "prompt1": MlxSampling(
+        temperature=0.8,
+        top_p=0.9,
+        min_p=0.12,
+        xtc_probability=0.5,
+        xtc_threshold=0.1,
+        top_k=2,
+        repetition_penalty=1.5,
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
+    ),
+}
+PLAIN = MlxSampling(temperature=1.0)
+
+
+class Runs(Protocol):
+    def run(
+        self, prompt: Sequence[int], sampling: MlxSampling | None, horizon: int, seeds: Sequence[int], *, greedy: bool = False
+    ) -> list[Trial]: ...
+
+
+class GenerateExperiment:
+    """Trials of one path at one setting: every token's conditional law (designed) and the joint law of the first
+    tokens (riding along). At least :data:`MIN_TRIALS` trials."""
+
+    min_trials = MIN_TRIALS
+    probe_trials = 32
+
+    def __init__(self, path: Runs, sampling: MlxSampling, prompt: Sequence[int], *, speculative: bool, horizon: int = HORIZON) -> None:
+        self.path, self.sampling, self.prompt, self.horizon = path, sampling, tuple(prompt), horizon
+        try:
+            self.law = sampling.fixture_law(lambda prefix: next_token_logits(self.prompt, prefix), self.prompt, LENGTH, VOCAB)
+        except LawFixtureError as exc:
+            raise PathError(str(exc)) from exc
+        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
+        self._checks = (
+            CheckSpec(f"lossless/first{LENGTH}", Layer.LOSSLESS, self.law, 1.0, designed=False),
+            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(horizon)) for o in TokenOrder),
+        )
+
+    @property
+    def checks(self) -> Sequence[CheckSpec]:
+        return self._checks
+
+    @property
+    def expected_acceptance(self) -> None:
+        return None
+
+    @property
+    def accepted_per_trial_max(self) -> None:
+        return None
+
+    @property
+    def fixed_trials(self) -> None:
+        return None
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
+        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        try:
+            trials = self.path.run(self.prompt, self.sampling, self.horizon, seeds)
+        except PathError:
+            raise
+        except Exception as exc:  # the library raised on a valid request: a finding
+            raise TargetRaised(exc) from exc
+        counts = np.zeros(len(self.law), dtype=np.int64)
+        for trial in trials:
+            new = trial.tokens
+            if len(new) != self.horizon or any(not 0 <= t < VOCAB for t in new):
+                return Observation({}, (Violation(Layer.LOSSLESS, f"generated {new} for {self.horizon} tokens"),), 0, b"")
+            counts[sum(t * VOCAB ** (LENGTH - 1 - j) for j, t in enumerate(new[:LENGTH]))] += 1
+        generated = [t.tokens for t in trials]
+        logits = conditional_logits(self.prompt, generated)
+        pit = {o: np.zeros(PIT_BINS, dtype=np.int64) for o in TokenOrder}
+        violations: tuple[Violation, ...] = ()
+        for i, out in enumerate(generated):
+            histories = [(*self.prompt, *out[:t]) for t in range(self.horizon)]
+            rows = np.stack([self.sampling.probs(row, h) for row, h in zip(logits[i], histories, strict=True)])
+            keep = np.array([self.sampling.margin(row, h) >= FLOAT32_MARGIN for row, h in zip(logits[i], histories, strict=True)])
+            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
+            for o in TokenOrder:
+                pit[o] += batch.counts[o]
+            if batch.impossible is not None and not violations:
+                violations = (Violation(Layer.LOSSLESS, f"output {out}: {batch.impossible}"),)
+        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
+        coverage = coverage_of(trials) if self.coverage_design is not None else None
+        return Observation(found, violations, 0, counts.tobytes(), coverage)
+
+
+def coverage_of(trials: Sequence[Trial]) -> Coverage:
+    drafts: dict[int, int] = {}
+    accepted: dict[int, int] = {}
+    rounds: dict[int, int] = {}
+    full = partial = 0
+    for trial in trials:
+        rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
+        for d, a in trial.rounds:
+            drafts[d] = drafts.get(d, 0) + 1
+            accepted[a] = accepted.get(a, 0) + 1
+            full += d >= 2 and a == d
+            partial += d >= 2 and 0 < a < d
+    return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
+
+
+def greedy_reference(prompt: Sequence[int], horizon: int, processors: MlxSampling | None) -> tuple[list[int], float]:
+    """Greedy decoding of the float64 reference (after ``processors``' penalties, when given): the tokens and the
+    smallest top-2 gap met (float noise could flip an argmax below about 1e-3)."""
+    settings = processors or PLAIN
+    out: list[int] = []
+    gap = np.inf
+    for _ in range(horizon):
+        token, g = settings.greedy(next_token_logits(prompt, out), (*prompt, *out))
+        out.append(token)
+        gap = min(gap, g)
+    return out, float(gap)
+
+
+class GreedyExperiment:
+    """Temperature 0: the path's output equals greedy decoding of the float64 reference (with ``processors``'
+    penalties, when given) on random prompts of 1 to 8 tokens."""
+
+    prompts = 48
+    probe_trials = 8
+    checks: Sequence[CheckSpec] = ()
+    expected_acceptance = None
+    accepted_per_trial_max = None
+
+    def __init__(self, path: Runs, *, processors: MlxSampling | None = None, horizon: int = 8, speculative: bool = True) -> None:
+        self.path, self.processors, self.horizon = path, processors, horizon
+        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.prompts
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        violations: list[Violation] = []
+        sample: list[int] = []
+        trials: list[Trial] = []
+        for _ in range(n):
+            length = int(torch.randint(1, 9, (1,), generator=generator))
+            prompt = torch.randint(0, VOCAB, (length,), generator=generator).tolist()
+            expected, gap = greedy_reference(prompt, self.horizon, self.processors)
+            if gap < 1e-3:
+                continue  # float noise could flip an argmax: undecidable, left out
+            try:
+                trials += self.path.run(prompt, self.processors, self.horizon, [0], greedy=True)
+            except PathError:
+                raise
+            except Exception as exc:
+                raise TargetRaised(exc) from exc
+            got = trials[-1].tokens
+            sample += got
+            if got != expected and not violations:
+                violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
+        coverage = coverage_of(trials) if self.coverage_design is not None else None
+        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)
+
+
+class ForwardExperiment:
+    """MLX's forward of the tiny target against the float64 reference on random sequences (one a trial): a difference
+    above float32 noise (:data:`FORWARD_TOLERANCE`) means the laws would be computed from another function."""
+
+    trials = 8
+    probe_trials = 1
+    checks: Sequence[CheckSpec] = ()
+    expected_acceptance = None
+    accepted_per_trial_max = None
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.trials
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        violations: list[Violation] = []
+        worst = 0.0
+        for _ in range(n):
+            tokens = torch.randint(0, VOCAB, (int(torch.randint(4, 40, (1,), generator=generator)),), generator=generator).tolist()
+            worst = max(worst, difference := forward_difference(tokens))
+            if difference > FORWARD_TOLERANCE and not violations:
+                violations.append(Violation(Layer.LOSSLESS, f"tokens {tokens}: MLX's logits differ from the reference by {difference:.3g}"))
+        return Observation({}, tuple(violations), 0, np.asarray([worst > FORWARD_TOLERANCE], dtype=np.int64).tobytes())
+
+
+class Installed(Protocol):
+    @property
+    def features(self) -> dict[str, bool]: ...
+
+
+def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
+    """The end-to-end catalogue (every case in the quick profile)."""
+    cases: list[Case] = []
+    described = f"joint law of the first {LENGTH} tokens, every token of {HORIZON} against its conditional law"
+    no_draft = None if adapter.features.get("speculative_generate_step") else "mlx_lm has no speculative_generate_step"
+
+    def add(case_id: str, what: str, make: Any, skip: str | None = None) -> None:
+        cases.append(Case(id=case_id, family="e2e", description=what, epsilon=0.1, make_experiment=make, skip_reason=skip))
+
+    def sampling_case(case_id: str, path: str, sampling: MlxSampling, prompt: str, k: int) -> None:
+        where = f"draft model, num_draft_tokens={k}" if k else "no draft model"
+        add(
+            case_id,
+            f"stream_generate ({where}; {sampling.describe()}; prompt {prompt}): {described}",
+            lambda device, s=sampling, p=PROMPTS[prompt], k=k: GenerateExperiment(StreamGenerate(k), s, p, speculative=k >= 2),
+            no_draft if k else None,
+        )
+
+    sampling_case("e2e/control/plain", "control", PLAIN, "prompt5", 0)
+    sampling_case("e2e/control/all_on", "control", ALL_ON["prompt5"], "prompt5", 0)
+    for k in (1, 2, 3, 4):
+        sampling_case(f"e2e/draft/k{k}/plain", "draft", PLAIN, "prompt5", k)
+    for name, sampling in SAMPLER_SETTINGS.items():
+        sampling_case(f"e2e/draft/k{NUM_DRAFT}/{name}", "draft", sampling, "prompt5", NUM_DRAFT)
+    for name, sampling in PROCESSOR_SETTINGS.items():
+        for prompt in PROMPTS:
+            sampling_case(f"e2e/draft/k{NUM_DRAFT}/{name}/{prompt}", "draft", sampling, prompt, NUM_DRAFT)
+    for prompt in PROMPTS:
+        sampling_case(f"e2e/draft/k2/all_on/{prompt}", "draft", ALL_ON[prompt], prompt, 2)
+    for k in (1, 2, 3, 4):
+        add(
+            f"e2e/greedy/k{k}",
+            f"temperature 0: stream_generate with the draft model (num_draft_tokens={k}) equals greedy decoding of the float64 "
+            "reference (prompts of 1 to 8 tokens)",
+            lambda device, k=k: GreedyExperiment(StreamGenerate(k), speculative=k >= 2),
+            no_draft,
+        )
+    add(
+        "e2e/greedy/repetition/k3",
+        "temperature 0, repetition penalty 1.5: stream_generate with the draft model (num_draft_tokens=3) equals greedy "
+        "decoding of the float64 reference with the penalty over prompt and output (prompts of 1 to 8 tokens)",
+        lambda device: GreedyExperiment(StreamGenerate(NUM_DRAFT), processors=PROCESSOR_SETTINGS["repetition"]),
+        no_draft,
+    )
+    add(
+        "e2e/greedy/generate_text/k3",
+        "temperature 0: mlx_lm.generate with the draft model (num_draft_tokens=3) returns the text of greedy decoding of "
+        "the float64 reference",
+        lambda device: GreedyExperiment(StreamGenerate(NUM_DRAFT, text=True), speculative=False),
+        no_draft,
+    )
+    add(
+        "e2e/forward/reference",
+        f"MLX's forward of the tiny target equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
+        lambda device: ForwardExperiment(),
+    )
+    return tuple(cases)
