@@ -33,7 +33,7 @@ from specwatch.protocol import ExitStatus
 from specwatch.sandbox import ENVIRONMENT_COMPLETE as COMPLETE
 from specwatch.sandbox import environment_folder
 from specwatch.targets import TargetError
-from specwatch.targets.install import InstallError, cache_root, install_failure, keep_interpreter_builds, shared_pins
+from specwatch.targets.install import COMPANIONS, SHARED, InstallError, cache_root, install_failure, keep_interpreter_builds, shared_pins
 
 #: What of a checkout the copy pip builds from leaves out (large, never part of a project's metadata).
 _NOT_COPIED = (".git", ".hg", "node_modules", "__pycache__")
@@ -44,6 +44,10 @@ def environment_key(requirements: list[str]) -> str:
     version (an environment holds compiled wheels of that version)."""
     lines = [*sorted(requirements), f"python {sys.version_info.major}.{sys.version_info.minor}"]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+#: What a resolved set never holds: the interpreter's shared packages and torch's companion builds.
+_LEFT_OUT = frozenset((*SHARED, *COMPANIONS))
 
 
 def resolve(checkout: Path, out: Path) -> dict[str, object]:
@@ -69,7 +73,7 @@ def resolve(checkout: Path, out: Path) -> dict[str, object]:
     requirements = sorted(
         f"{_normalized(item['metadata']['name'])}=={item['metadata']['version']}"
         for item in installs
-        if "dir_info" not in item.get("download_info", {}) and _normalized(item["metadata"]["name"]) not in _left_out()
+        if "dir_info" not in item.get("download_info", {}) and _normalized(item["metadata"]["name"]) not in _LEFT_OUT
     )
     resolved: dict[str, object] = {"key": environment_key(requirements), "project": own[0] if own else None, "requirements": requirements}
     out.write_text(json.dumps(resolved, indent=2) + "\n")
@@ -104,12 +108,6 @@ def install(resolved_file: Path, cache: Path) -> Path:
 
 def _normalized(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
-
-
-def _left_out() -> set[str]:
-    from specwatch.targets.install import COMPANIONS, SHARED  # noqa: PLC0415 - tuples of names
-
-    return {*SHARED, *COMPANIONS}
 
 
 def main(argv: list[str] | None = None) -> int:
