@@ -17,12 +17,12 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
 from specwatch.targets.install import cache_root
 from specwatch.targets.llamacpp.adapter import LlamaCppAdapter
 from specwatch.targets.llamacpp.build import build_info, cuda_device, release_root
 from specwatch.targets.llamacpp.checkout import build_checkout
 from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, tokens_of
+from specwatch.targets.loader import resolve
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -17,25 +17,21 @@ import importlib
 import inspect
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from specwatch.cases import Case
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
-from specwatch.targets import TargetError
-from specwatch.targets.llamacpp.build import DISTRIBUTION, TOOLS, build_info
-from specwatch.targets.llamacpp.checkout import SOURCE_DISTRIBUTION
-
-
-class AdapterError(TargetError):
-    """llama-cpp-python cannot be loaded or lacks what the suite needs."""
+from specwatch.sampling import Sampler
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
+from specwatch.targets.llamacpp import DISTRIBUTION, SOURCE_DISTRIBUTION
+from specwatch.targets.llamacpp.build import TOOLS, build_info, tool_path
+from specwatch.targets.llamacpp.e2e import e2e_cases
 
 
 @dataclass
-class LlamaCppAdapter:
+class LlamaCppAdapter(Adapter):
     #: ``llama_cpp``; None for a llama.cpp checkout's build (``--source``: the tools only).
     module: ModuleType | None
     version: str
@@ -85,32 +81,10 @@ class LlamaCppAdapter:
         return out
 
     def sampler(self) -> Sampler:
-        def none(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-            raise AdapterError("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")
-
-        return none
+        return refusing_sampler("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")
 
     def cases(self) -> tuple[Case, ...]:
-        from specwatch.targets.llamacpp.e2e import e2e_cases  # noqa: PLC0415 - the models need transformers and gguf
-
         return e2e_cases(self)
-
-
-def tool_path(info: dict[str, Any] | None, tool: str) -> Path | None:
-    """The built tool's path, or None (not built by the suite, or it did not build)."""
-    entry = (info or {}).get("tools", {}).get(tool, {})
-    path = entry.get("path") if isinstance(entry, dict) else None
-    return Path(path) if path and Path(path).exists() else None
-
-
-def tool_missing(info: dict[str, Any] | None, tool: str) -> str:
-    """Why ``tool`` is not available, in words."""
-    if info is None:
-        return f"{tool} is built by the suite with the release (--pip llama-cpp-python==X); this llama-cpp-python was installed otherwise"
-    entry = info.get("tools", {}).get(tool)
-    if isinstance(entry, dict) and entry.get("error"):
-        return f"{tool} {entry['error']}"
-    return f"{tool} was not built with this release (build log: {info.get('build_log')})"
 
 
 def _has(name: str, attr: str) -> bool:

@@ -27,9 +27,10 @@ from typing import Any
 import torch
 
 from specwatch.cases import LIBRARY_DIRECT_EPSILON, Case, library_epsilon
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
+from specwatch.sampling import Sampler
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.sglang import e2e
-from specwatch.targets.sglang.bindings import MODULE, AdapterError, chain_sampler, engine_thresholds
+from specwatch.targets.sglang.bindings import MODULE, chain_sampler, engine_thresholds
 from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases, dispatch_cases, tree_cases
 from specwatch.targets.sglang.dispatch import load_verify_uses_greedy
 from specwatch.targets.vllm import interpreter
@@ -71,7 +72,7 @@ TREE_UNREACHABLE = (
 
 
 @dataclass
-class SglangAdapter:
+class SglangAdapter(Adapter):
     """What the installed SGLang offers, found by looking, not by version tables."""
 
     version: str
@@ -131,11 +132,7 @@ class SglangAdapter:
     def sampler(self) -> Sampler:
         kernel = self.chain_kernel
         if kernel is None:
-
-            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-                raise AdapterError(f"sglang {self.version} has no chain_speculative_sampling_triton")
-
-            return missing
+            return refusing_sampler(f"sglang {self.version} has no chain_speculative_sampling_triton")
         return chain_sampler(kernel)
 
     def cases(self) -> tuple[Case, ...]:

@@ -26,9 +26,10 @@ from typing import Any
 import torch
 
 from specwatch.cases import DIRECT_CASES, EDGE_CASES, LIBRARY_DIRECT_EPSILON, NEG_INF, Case, library_epsilon
-from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep
+from specwatch.sampling import Processing, Sampler, SpecStep
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.vllm import interpreter
-from specwatch.targets.vllm.bindings import AdapterError, RejectionSampleApi, rejection_sampler
+from specwatch.targets.vllm.bindings import RejectionSampleApi, rejection_sampler
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, RejectionSampleV2Api, rejection_sampler_v2, v2_cases
 from specwatch.targets.vllm.e2e import e2e_cases
 
@@ -173,7 +174,7 @@ def _already_registered() -> None:
 
 
 @dataclass
-class VllmAdapter:
+class VllmAdapter(Adapter):
     """What the installed vLLM offers, found by looking, not by version tables."""
 
     module: ModuleType
@@ -267,11 +268,7 @@ class VllmAdapter:
         if api is None and self.api_v2 is not None:
             return rejection_sampler_v2(self.api_v2)
         if api is None:
-
-            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-                raise AdapterError(f"vllm {self.version} has no vllm.v1.sample.rejection_sampler.rejection_sample")
-
-            return missing
+            return refusing_sampler(f"vllm {self.version} has no vllm.v1.sample.rejection_sampler.rejection_sample")
         return rejection_sampler(api)
 
     def cases(self) -> tuple[Case, ...]:

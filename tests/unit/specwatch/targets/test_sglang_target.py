@@ -20,7 +20,7 @@ import torch
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases, tree_cases
 
 pytestmark = [

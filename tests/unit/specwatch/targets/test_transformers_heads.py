@@ -17,8 +17,8 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 from specwatch.targets.transformers.heads import head_cases
 
 PATHS = ("mtp", "dflash", "gemma4_assistant")

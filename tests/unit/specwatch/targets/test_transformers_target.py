@@ -14,8 +14,8 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 
 
 @pytest.fixture(scope="module")
@@ -336,8 +336,8 @@ def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built()
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
     model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
     from specwatch.sampling import Processing
+    from specwatch.targets.base import AdapterError
     from specwatch.targets.transformers.adapter import PROCESSING_ON
-    from specwatch.targets.transformers.bindings import AdapterError
     from specwatch.targets.transformers.experiments import GenerateExperiment
 
     adapter = TransformersAdapter.load()

@@ -16,7 +16,7 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.vllm.e2e import E2E_HORIZON
 
 pytestmark = [

@@ -18,7 +18,7 @@ import pytest
 from specwatch.cases import DIRECT_CASES, select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, DraftLogits, RejectionSampleV2Api, v2_cases
 
 pytestmark = [
