@@ -10,7 +10,9 @@
 - :class:`LibraryExperiment`: an experiment's defaults (no checks, no acceptance, trials sized by the planner);
 - the end-to-end pieces of a target that generates with its engine: :func:`e2e_checks` (the first tokens' joint law
   and every token of a horizon against its conditional law), :func:`e2e_draws` (a seed per request and the PIT's
-  uniforms), :func:`joint_cell` and :func:`conditional_pit`.
+  uniforms), :func:`joint_cell` and :func:`conditional_pit`; :func:`rounds_coverage`, drafts and accepted drafts per
+  verification round as a path reports them; :class:`ForwardExperiment`, the engine's forward against the float64
+  reference (the models themselves: :mod:`specwatch.targets.tiny`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Self
+from typing import Any, Literal, Protocol, Self
 
 import numpy as np
 import torch
@@ -26,7 +28,7 @@ from numpy.typing import NDArray
 
 from specwatch.cases import Case
 from specwatch.conditional import PIT_BINS, TokenOrder, conditional_batch, pit_null
-from specwatch.experiments import CheckSpec, Violation
+from specwatch.experiments import CheckSpec, Coverage, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import Sampler, SpecOutput, SpecStep
 from specwatch.targets import TargetError
@@ -190,3 +192,58 @@ def conditional_pit(
         if batch.impossible is not None and not impossible:
             impossible = (Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"),)
     return pit, impossible
+
+
+class Rounds(Protocol):
+    """A trial as a path reports it: ``rounds``, its verification rounds as ``(drafted, accepted)``, or None where the
+    path could not observe them."""
+
+    @property
+    def rounds(self) -> Sequence[tuple[int, int]] | None: ...
+
+
+def rounds_coverage(trials: Iterable[Rounds]) -> Coverage:
+    """Drafts and accepted drafts per verification round, rounds per trial, and the rounds of 2 or more drafts that
+    accepted all of them (full) or some but not all (partial); trials whose rounds were not observed are left out."""
+    drafts: dict[int, int] = {}
+    accepted: dict[int, int] = {}
+    rounds: dict[int, int] = {}
+    full = partial = 0
+    for trial in trials:
+        if trial.rounds is None:
+            continue
+        rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
+        for d, a in trial.rounds:
+            drafts[d] = drafts.get(d, 0) + 1
+            accepted[a] = accepted.get(a, 0) + 1
+            full += d >= 2 and a == d
+            partial += d >= 2 and 0 < a < d
+    return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
+
+
+class ForwardExperiment(LibraryExperiment):
+    """The engine's forward of the tiny target against the float64 reference on random sequences of 4 to 39 tokens (one
+    a trial): a difference above float32 noise (``tolerance``) means the laws would be computed from another function.
+    ``difference``: the largest |engine logit - reference logit| over a sequence; ``engine`` names it in the message."""
+
+    trials = 8
+    probe_trials = 1
+
+    def __init__(self, difference: Callable[[list[int]], float], *, vocab: int, tolerance: float, engine: str) -> None:
+        self.difference, self.vocab, self.tolerance, self.engine = difference, vocab, tolerance, engine
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.trials
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        violations: list[Violation] = []
+        worst = 0.0
+        for _ in range(n):
+            length = int(torch.randint(4, 40, (1,), generator=generator))
+            tokens = torch.randint(0, self.vocab, (length,), generator=generator).tolist()
+            worst = max(worst, difference := self.difference(tokens))
+            if difference > self.tolerance and not violations:
+                message = f"tokens {tokens}: {self.engine}'s logits differ from the reference by {difference:.3g}"
+                violations.append(Violation(Layer.LOSSLESS, message))
+        return Observation({}, tuple(violations), 0, np.asarray([worst > self.tolerance], dtype=np.int64).tobytes())

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from specwatch.cases import Case
+from specwatch.targets.base import ForwardExperiment
 from specwatch.targets.llamacpp.build import tool_missing, tool_path
 from specwatch.targets.llamacpp.chain import LlamaChain
-from specwatch.targets.llamacpp.experiments import HORIZON, LENGTH, ForwardExperiment, GenerateExperiment, GreedyExperiment
-from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE
-from specwatch.targets.llamacpp.paths import GAMMA, IGNORE_EOS, PythonGenerate, SpeculativeTool
+from specwatch.targets.llamacpp.experiments import HORIZON, LENGTH, GenerateExperiment, GreedyExperiment
+from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, VOCAB
+from specwatch.targets.llamacpp.paths import GAMMA, IGNORE_EOS, PythonGenerate, SpeculativeTool, forward_difference
 from specwatch.targets.llamacpp.server_cases import server_cases
 
 #: Each cut removes at least 1 % of the mass at every position of the joint law, with EOS banned or not (checked
@@ -84,7 +85,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     add(
         "e2e/forward/gguf_reference",
         f"llama.cpp's forward of the tiny target GGUF equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
-        lambda device: ForwardExperiment(),
+        lambda device: ForwardExperiment(forward_difference, vocab=VOCAB, tolerance=FORWARD_TOLERANCE, engine="llama.cpp"),
         no_python,
     )
     cases += server_cases(adapter)

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 
 from specwatch.conditional import FLOAT32_MARGIN, TokenOrder
-from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation, Violation
+from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
-from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check
+from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check, rounds_coverage
 from specwatch.targets.llamacpp.chain import ChainFixtureError, LlamaChain
-from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, VOCAB, conditional_logits, next_token_logits, tokens_of
-from specwatch.targets.llamacpp.paths import PathError, Trial, forward_difference, greedy_reference
+from specwatch.targets.llamacpp.models import VOCAB, conditional_logits, next_token_logits, tokens_of
+from specwatch.targets.llamacpp.paths import PathError, Trial, greedy_reference
 
 LENGTH = 3
 HORIZON = 12
@@ -102,25 +102,8 @@ class GenerateExperiment(LibraryExperiment):
             pit_w,
         )
         found = {self._checks[0].name: counts, **{pit_check(o): pit[o] for o in TokenOrder}}
-        coverage = coverage_of(trials) if self.coverage_design is not None else None
+        coverage = rounds_coverage(trials) if self.coverage_design is not None else None
         return Observation(found, violations, 0, counts.tobytes(), coverage)
-
-
-def coverage_of(trials: Sequence[Trial]) -> Coverage:
-    drafts: dict[int, int] = {}
-    accepted: dict[int, int] = {}
-    rounds: dict[int, int] = {}
-    full = partial = 0
-    for trial in trials:
-        if trial.rounds is None:
-            continue  # not observed (llama-speculative: reconstructed for the first trials of a batch only)
-        rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
-        for d, a in trial.rounds:
-            drafts[d] = drafts.get(d, 0) + 1
-            accepted[a] = accepted.get(a, 0) + 1
-            full += d >= 2 and a == d
-            partial += d >= 2 and 0 < a < d
-    return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
 
 
 class GreedyExperiment(LibraryExperiment):
@@ -158,28 +141,4 @@ class GreedyExperiment(LibraryExperiment):
             sample += got
             if got != expected and not violations:
                 violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage_of(trials))
-
-
-class ForwardExperiment(LibraryExperiment):
-    """llama.cpp's forward of the target GGUF against the float64 reference on random sequences (one a trial): a
-    difference above float32 noise (:data:`FORWARD_TOLERANCE`) means the laws would be computed from another function."""
-
-    trials = 8
-    probe_trials = 1
-
-    @property
-    def fixed_trials(self) -> int:
-        return self.trials
-
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        worst = 0.0
-        for _ in range(n):
-            tokens = torch.randint(0, VOCAB, (int(torch.randint(4, 40, (1,), generator=generator)),), generator=generator).tolist()
-            worst = max(worst, difference := forward_difference(tokens))
-            if difference > FORWARD_TOLERANCE and not violations:
-                violations.append(
-                    Violation(Layer.LOSSLESS, f"tokens {tokens}: llama.cpp's logits differ from the reference by {difference:.3g}")
-                )
-        return Observation({}, tuple(violations), 0, np.asarray([worst > FORWARD_TOLERANCE], dtype=np.int64).tobytes())
+        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), rounds_coverage(trials))
