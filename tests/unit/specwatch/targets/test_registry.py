@@ -45,7 +45,8 @@ def test_the_built_in_targets_are_registered_with_their_install_rules() -> None:
     assert built_release("llama_cpp_python==0.3.36") == ("llamacpp", "0.3.36")
     assert built_release("transformers==4.46.3") is None
     mlx = found.distribution("mlx-lm")
-    assert mlx is not None and mlx[1].macos_only == ("mlx", "cpu")
+    assert mlx is not None
+    assert mlx[1].macos_only == ("mlx", "cpu")
 
 
 def test_reading_the_registry_and_every_table_over_it_imports_no_torch() -> None:
