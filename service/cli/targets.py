@@ -19,19 +19,10 @@ from rich.table import Table
 from service.cli.database import unit_of_work
 from service.models import CommitPolicy, InstallMode, Target
 from service.queries.health import TargetHealth, targets_health
+from service.repositories import RepoPolicy
 from service.settings import get_settings
-from service.targets import (
-    RepoPolicy,
-    TargetError,
-    add_target,
-    format_duration,
-    history_size,
-    known_adapters,
-    list_targets,
-    make_spec,
-    remove_target,
-    update_target,
-)
+from service.target_errors import TargetError
+from service.targets import add_target, format_duration, history_size, known_adapters, list_targets, make_spec, remove_target, update_target
 from specwatch.cli.output import console, fail, out, plain, print_json
 from specwatch.findings import shipped_findings
 from specwatch.protocol import ExitStatus
