@@ -73,11 +73,12 @@ def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: 
     except ResultSchemaError as exc:
         result, unreadable = None, str(exc)
     verdict = result.verdict.value if result is not None else None
+    library = result.library if result is not None else None
     common: dict[str, Any] = {
         "log_tail": outcome.stderr_tail or None,
         "device": (result.device if result is not None else None) or command.device,
-        "library_version": library_version or (result.environment.get("library_version") if result is not None else None),
-        "library_distribution": result.environment.get("library_distribution") if result is not None else None,
+        "library_version": library_version or (library.version or None if library is not None else None),
+        "library_distribution": library.distribution if library is not None else None,
         "torch_version": result.environment.get("torch") if result is not None else None,
         "python_version": result.environment.get("python") if result is not None else None,
         "seed": command.seed,

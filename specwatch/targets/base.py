@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from specwatch.cases import Case
 from specwatch.conditional import PIT_BINS, TokenOrder, conditional_batch, pit_null
 from specwatch.experiments import CheckSpec, Coverage, Observation, Violation
-from specwatch.protocol import Layer
+from specwatch.protocol import Layer, LibraryIdentity
 from specwatch.sampling import Sampler, SpecOutput, SpecStep
 from specwatch.targets import TargetError
 
@@ -53,8 +53,8 @@ class Adapter(ABC):
         raise TargetError(f"this target has no variants, got {variant!r}")
 
     @abstractmethod
-    def describe(self) -> dict[str, str]:
-        """The library's identity: ``name``, ``version``, ``path`` and what else shapes its behaviour here."""
+    def describe(self) -> LibraryIdentity:
+        """The library's identity: its name, distribution, version, path and what else shapes its behaviour here."""
 
     @abstractmethod
     def sampler(self) -> Sampler:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from specwatch.cases import CASES, Case
 from specwatch.mutants import MUTANTS
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler, reference_sampler
 from specwatch.targets import TargetError
 from specwatch.targets.registry import RegistryError, TargetInfo, registry
@@ -24,7 +25,7 @@ class Target:
     spec: str
     sampler: Sampler
     cases: tuple[Case, ...] = CASES
-    library: dict[str, str] | None = None
+    library: LibraryIdentity | None = None
 
 
 def _library(spec: str, info: TargetInfo, variant: str | None) -> Target:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from specwatch.cases import Case
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler
 from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.llamacpp import DISTRIBUTION, SOURCE_DISTRIBUTION
@@ -57,19 +58,13 @@ class LlamaCppAdapter(Adapter):
             features[tool] = tool_path(info, tool) is not None
         return cls(llama_cpp, str(getattr(llama_cpp, "__version__", "unknown")), info, features)
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: the distribution, its version, the llama.cpp commit it vendors and where it is."""
         source = self.module is None and self.info is not None
-        out = {
-            "name": "llamacpp",
-            "distribution": SOURCE_DISTRIBUTION if source else DISTRIBUTION,
-            "version": self.version,
-            "path": str((self.info or {}).get("source", "")) if source else str(getattr(self.module, "__file__", "") or ""),
-            "torch": torch.__version__,
-        }
-        if self.info is not None and self.info.get("llama_cpp_commit"):
-            out["git_sha"] = str(self.info["llama_cpp_commit"])
-            out["llama_cpp_commit"] = str(self.info["llama_cpp_commit"])
+        out: dict[str, str] = {"torch": str(torch.__version__)}
+        commit = str(self.info["llama_cpp_commit"]) if self.info is not None and self.info.get("llama_cpp_commit") else None
+        if commit:
+            out["llama_cpp_commit"] = commit
         if self.info is not None:
             out["build_seconds"] = str(self.info.get("build_seconds"))
             options = [str(o) for o in self.info.get("cmake_options", [])]
@@ -78,7 +73,14 @@ class LlamaCppAdapter(Adapter):
             out["cuda"] = "on" if "-DGGML_CUDA=ON" in options else "off"
             if source:
                 out["dirty"] = str(bool(self.info.get("dirty"))).lower()
-        return out
+        return LibraryIdentity(
+            name="llamacpp",
+            distribution=SOURCE_DISTRIBUTION if source else DISTRIBUTION,
+            version=self.version,
+            path=str((self.info or {}).get("source", "")) if source else str(getattr(self.module, "__file__", "") or ""),
+            git_sha=commit,
+            details=out,
+        )
 
     def sampler(self) -> Sampler:
         return refusing_sampler("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")

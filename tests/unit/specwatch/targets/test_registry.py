@@ -103,6 +103,7 @@ import torch
 
 from specwatch.cases import select
 from specwatch.mutants import MUTANTS
+from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import reference_sampler
 from specwatch.targets.base import Adapter
 
@@ -122,7 +123,7 @@ class ToyAdapter(Adapter):
         return cls(lossy=bool(LOSSY and LOSSY[-1]))
 
     def describe(self):
-        return {"name": "toy", "distribution": "toy-lib", "version": "0.1", "path": __file__}
+        return LibraryIdentity(name="toy", distribution="toy-lib", version="0.1", path=__file__)
 
     def sampler(self):
         return MUTANTS["swapped_residual"].sampler if self.lossy else reference_sampler

@@ -50,7 +50,7 @@ def _failures(run):
 
 
 def test_the_build_identity_says_the_kernels_run_in_triton_s_interpreter(target):
-    kernels = target.library["kernels"]
+    kernels = target.library.details["kernels"]
     assert "interpreter" in kernels
     assert "TRITON_INTERPRET=1" in kernels
     assert "libdevice.log1p" in kernels
