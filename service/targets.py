@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.findings import seed_findings
 from service.models import Commit, CommitPolicy, InstallMode, Run, Target
-from service.queries.findings import seed_findings
 from service.repositories import RepoPolicy, check_local_repository, is_ref_name, validate_repo_url
 from service.target_errors import TargetError, TargetExistsError, TargetNotFoundError
 from specwatch.targets.registry import registry
