@@ -10,16 +10,17 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from specwatch.cases import Case
-from specwatch.early_pass import hold_level, holds_evidence, log_pass_statistic, may_stop_early
+from specwatch.early_pass import holds_evidence, log_pass_statistic, may_stop_early
 from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
 from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
+from specwatch.reasons import case_reason, early_reason, headline, pass_scope
 from specwatch.sampling import TargetRaised
 from specwatch.stats import (
     SEQUENTIAL_INFLATION,
@@ -152,24 +153,9 @@ def passed_early(experiment: Experiment, state: CaseEvidence) -> bool:
     return design is None or not (state.coverage or Coverage()).to_dict(design)["shortfalls"]
 
 
-def case_result(
-    case: Case,
-    experiment: Experiment,
-    state: CaseEvidence,
-    *,
-    beta: float,
-    attempt: int,
-    device: str,
-    cap: int,
-    threshold: float,
-    seed: int,
-    epsilon: float,
-    timed_out: bool,
-    started: float,
-) -> CaseResult:
-    """The frozen result of a case from its evidence (``device``: the device's name, as recorded)."""
+def check_results(experiment: Experiment, state: CaseEvidence, *, beta: float, threshold: float, designed: set[str]) -> list[CheckResult]:
+    """Each check's result from its evidence: observations, e-values, TV interval and what it can detect."""
     alpha_test = 1.0 / threshold  # alpha / m
-    designed = {c.name for c in designed_checks(experiment, epsilon)}
     checks: list[CheckResult] = []
     for check in experiment.checks:
         counts = state.counts[check.name]
@@ -198,91 +184,150 @@ def case_result(
                 passed_at=state.passed_at.get(check.name),
             )
         )
+    return checks
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A case's verdict per layer and overall, and what failed (None: it passed)."""
+
+    lossless: Verdict
+    conformance: Verdict
+    failure: Failure | None
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.PASS if self.failure is None else Verdict.FAIL
+
+    @property
+    def failed_layer(self) -> Layer | None:
+        return {Failure.LOSSLESS: Layer.LOSSLESS, Failure.CONFORMANCE: Layer.CONFORMANCE}.get(self.failure) if self.failure else None
+
+
+def _outcome(state: CaseEvidence) -> _Outcome:
     lossless = Verdict.FAIL if state.failed(Layer.LOSSLESS) else Verdict.PASS
     conformance = Verdict.FAIL if state.failed(Layer.CONFORMANCE) else Verdict.PASS
-    failure: Failure | None = None
     if lossless == Verdict.FAIL:
-        failure = Failure.LOSSLESS
-    elif state.raised is not None:
-        failure = Failure.RAISED
-        lossless = conformance = Verdict.ERROR  # not measured to the end: the target stopped answering
-    elif conformance == Verdict.FAIL:
-        failure = Failure.CONFORMANCE
-    verdict = Verdict.PASS if failure is None else Verdict.FAIL
-    failed_layer = {Failure.LOSSLESS: Layer.LOSSLESS, Failure.CONFORMANCE: Layer.CONFORMANCE}.get(failure) if failure else None
-    headline = _headline(checks, state, failed_layer, designed)
+        return _Outcome(lossless, conformance, Failure.LOSSLESS)
+    if state.raised is not None:  # not measured to the end: the target stopped answering
+        return _Outcome(Verdict.ERROR, Verdict.ERROR, Failure.RAISED)
+    return _Outcome(lossless, conformance, Failure.CONFORMANCE if conformance == Verdict.FAIL else None)
+
+
+def _claimed(checks: Sequence[CheckResult], failure: Failure | None, designed: set[str]) -> set[str]:
+    """The layers a case's verdict claims, whose designed checks must be powered: every designed layer of a pass, the
+    lossless layer of a conformance-only failure (it still claims losslessness), none of another failure."""
+    if failure in (Failure.LOSSLESS, Failure.RAISED):
+        return set()
+    if failure == Failure.CONFORMANCE:
+        return {Layer.LOSSLESS.value}
+    return {c.layer for c in checks if c.name in designed}
+
+
+def _coverage(experiment: Experiment, state: CaseEvidence, verdict: Verdict) -> tuple[dict[str, Any] | None, str | None]:
+    """The case's coverage against its design, and the shortfall that makes a pass underpowered (None: none). A
+    speculative case that did not exercise what it was built for (drafts per verification, partial and full acceptance,
+    rounds per call) is not a pass at its design."""
+    coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
+    if coverage_design is None:
+        return None, None
+    coverage = (state.coverage or Coverage()).to_dict(coverage_design)
+    if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
+        return coverage, f"coverage short of design: {'; '.join(coverage['shortfalls'])}"
+    return coverage, None
+
+
+def _p_value(experiment: Experiment, state: CaseEvidence, headline: CheckResult | None, seed: int) -> float | None:
+    """The headline check's weighted chi-square p-value (a description of the data, not the decision)."""
+    if headline is None or state.trials == 0:
+        return None
+    spec = next(c for c in experiment.checks if c.name == headline.name)
+    draws = int(min(999, max(99, 5_000_000 // max(len(spec.null), 1))))  # bounded cost at large V
+    return weighted_chi2_pvalue(state.counts[spec.name], spec.null, np.random.default_rng(seed), draws=draws)
+
+
+def _acceptance(experiment: Experiment, state: CaseEvidence) -> Acceptance:
+    """Accepted drafts per trial, observed and expected (the experiment's own expectation, or the one it measured)."""
+    expected = experiment.expected_acceptance
+    if state.expected_accepted is not None:
+        expected = state.expected_accepted / state.trials if state.trials else None
+    observed = state.accepted_total / state.trials if state.trials else None
+    return Acceptance(observed=observed, expected=expected, per_trial_max=experiment.accepted_per_trial_max)
+
+
+def _counts_digest(state: CaseEvidence) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(state.counts):
+        digest.update(name.encode())
+        digest.update(state.counts[name].tobytes())
+    return digest.hexdigest()[:16]
+
+
+def case_result(
+    case: Case,
+    experiment: Experiment,
+    state: CaseEvidence,
+    *,
+    beta: float,
+    attempt: int,
+    device: str,
+    cap: int,
+    threshold: float,
+    seed: int,
+    epsilon: float,
+    timed_out: bool,
+    started: float,
+) -> CaseResult:
+    """The frozen result of a case from its evidence (``device``: the device's name, as recorded)."""
+    designed = {c.name for c in designed_checks(experiment, epsilon)}
+    checks = check_results(experiment, state, beta=beta, threshold=threshold, designed=designed)
+    outcome = _outcome(state)
+    failure, verdict = outcome.failure, outcome.verdict
+    top = headline(checks, state, outcome.failed_layer, designed)
     # A certain violation in the failed layer refutes the law outright (infinite evidence, log E None), even
     # when no check counted it (deterministic experiments, malformed output).
-    certain = failed_layer is not None and failed_layer in state.violations
-    # Power backs a pass: every designed check of each layer that passed got the observations its design
-    # needs (a failure needs none). A conformance-only failure still claims losslessness, so its lossless
-    # checks must be powered.
-    claimed = {c.layer for c in checks if c.name in designed}
-    if failure in (Failure.LOSSLESS, Failure.RAISED):
-        claimed = set()
-    elif failure == Failure.CONFORMANCE:
-        claimed = {Layer.LOSSLESS.value}
+    certain = outcome.failed_layer is not None and outcome.failed_layer in state.violations
+    # Power backs a pass: every designed check of each claimed layer got the observations its design needs, or
+    # passed early (backed by its pass statistic, docs/statistics.md §7a); a failure needs none.
+    claimed = _claimed(checks, failure, designed)
     backing = [c for c in checks if c.name in designed and c.layer in claimed]
-    # A check that passed early is backed by its pass statistic instead (docs/statistics.md §7a).
     powered = not (timed_out and failure is None) and all(
         c.passed_at is not None or (c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9)) for c in backing
     )
     early = failure in (None, Failure.CONFORMANCE) and state.passed() and state.trials < cap
     reason = (
-        _early_reason(state, cap, epsilon)
+        early_reason(state, cap, epsilon)
         if early and failure is None
-        else _reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
+        else case_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
     )
-    reason += _pass_scope(state, checks, designed, epsilon) if failure is None and state.trials > 0 else ""
-    # A speculative case that did not exercise what it was built for (drafts per verification, partial and
-    # full acceptance, rounds per call) is not a pass at its design: it says so and counts as underpowered.
-    coverage_design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
-    coverage = None
-    if coverage_design is not None:
-        observed = state.coverage or Coverage()
-        coverage = observed.to_dict(coverage_design)
-        if coverage["shortfalls"] and verdict == Verdict.PASS and state.trials > 0:
-            powered = False
-            reason = f"coverage short of design: {'; '.join(coverage['shortfalls'])}; {reason}"
+    reason += pass_scope(state, checks, designed, epsilon) if failure is None and state.trials > 0 else ""
+    coverage, shortfall = _coverage(experiment, state, verdict)
+    if shortfall is not None:
+        powered = False
+        reason = f"{shortfall}; {reason}"
     # An experiment that drafts but cannot measure acceptance honestly says why, rather than passing silently on it.
     unmeasured: str | None = getattr(experiment, "acceptance_unmeasured", None)
     if unmeasured:
         reason = f"{reason}; acceptance not measured: {unmeasured}"
-    expected = experiment.expected_acceptance
-    if state.expected_accepted is not None:
-        expected = state.expected_accepted / state.trials if state.trials else None
-    p_value = None
-    if headline is not None and state.trials > 0:
-        spec = next(c for c in experiment.checks if c.name == headline.name)
-        draws = int(min(999, max(99, 5_000_000 // max(len(spec.null), 1))))  # bounded cost at large V
-        p_value = weighted_chi2_pvalue(state.counts[spec.name], spec.null, np.random.default_rng(seed), draws=draws)
-    digest = hashlib.sha256()
-    for name in sorted(state.counts):
-        digest.update(name.encode())
-        digest.update(state.counts[name].tobytes())
     return CaseResult(
         case_id=case.id,
         family=case.family,
         description=case.description,
         verdict=verdict,
         reason=reason,
-        lossless=lossless,
-        conformance=conformance,
+        lossless=outcome.lossless,
+        conformance=outcome.conformance,
         n_trials=state.trials,
         trial_cap=cap,
         powered=powered,
-        e_value=capped_e(math.inf) if certain else (headline.e_value if headline else 1.0),
-        log_e_value=None if certain else (headline.log_e_value if headline else 0.0),
-        p_value=p_value,
+        e_value=capped_e(math.inf) if certain else (top.e_value if top else 1.0),
+        log_e_value=None if certain else (top.log_e_value if top else 0.0),
+        p_value=_p_value(experiment, state, top, seed),
         threshold=threshold,
-        tv_estimate=headline.tv_estimate if headline else None,
-        tv_ci=headline.tv_ci if headline else None,
-        acceptance=Acceptance(
-            observed=state.accepted_total / state.trials if state.trials else None,
-            expected=expected,
-            per_trial_max=experiment.accepted_per_trial_max,
-        ),
-        counts_digest=digest.hexdigest()[:16],
+        tv_estimate=top.tv_estimate if top else None,
+        tv_ci=top.tv_ci if top else None,
+        acceptance=_acceptance(experiment, state),
+        counts_digest=_counts_digest(state),
         fingerprint=state.fingerprint,
         duration_s=round(time.perf_counter() - started, 4),
         seed=seed,
@@ -290,98 +335,11 @@ def case_result(
         device=device,
         checks=tuple(checks),
         failure=failure,
-        headline=headline.name if headline else None,
-        current_log_e_value=None if certain else (headline.stopped_log_e_value if headline else 0.0),
-        current_e_value=capped_e(math.inf) if certain else (headline.stopped_e_value if headline else 1.0),
+        headline=top.name if top else None,
+        current_log_e_value=None if certain else (top.stopped_log_e_value if top else 0.0),
+        current_e_value=capped_e(math.inf) if certain else (top.stopped_e_value if top else 1.0),
         certain=tuple(layer.value for layer in (Layer.LOSSLESS, Layer.CONFORMANCE) if layer in state.violations),
         coverage=coverage,
         early_pass=early,
         pass_threshold=None if state.pass_log_threshold is None else math.exp(state.pass_log_threshold),
     )
-
-
-def _headline(checks: Sequence[CheckResult], state: CaseEvidence, failed: Layer | None, designed: set[str]) -> CheckResult | None:
-    """The check a case reports.
-
-    Failed layer: the check that rejected first (the strongest evidence when none did: certain violations).
-    Otherwise the designed checks (reached with probability >= 1e-3): the one with the largest upper TV
-    bound, i.e. the least the case can say. Taking the largest running maximum over all checks instead
-    would headline a rarely reached check that wandered up (its running maximum is not an e-value).
-    """
-    if failed is not None:
-        pool = [c for c in checks if c.layer == failed.value]
-        rejected = [c for c in pool if c.name in state.rejected_at]
-        if rejected:
-            return min(rejected, key=lambda c: (state.rejected_at[c.name], -(math.inf if c.log_e_value is None else c.log_e_value)))
-        return max(pool, key=lambda c: math.inf if c.log_e_value is None else c.log_e_value, default=None)
-    pool = [c for c in checks if c.name in designed] or list(checks)
-    return max(pool, key=lambda c: (c.tv_ci[1], c.tv_estimate), default=None)
-
-
-def _early_reason(state: CaseEvidence, cap: int, epsilon: float) -> str:
-    return (
-        f"passed early after {state.trials} of {cap} trials: every designed check's pass statistic reached "
-        f"1/beta_pass = {math.exp(state.pass_log_threshold or 0.0):.3g} against TV >= {epsilon:g}"
-    )
-
-
-def _pass_scope(state: CaseEvidence, checks: Sequence[CheckResult], designed: set[str], epsilon: float) -> str:
-    """What a pass does not claim: the checks not designed at the case's TV (no power claim at ``epsilon``), and the
-    checks that held the case to its cap because their evidence reached the cube root of the threshold."""
-    text = ""
-    held = state.holding() if state.pass_log_threshold is not None and state.pass_log else []
-    if held:
-        evidence = ", ".join(f"{name} (log E {state.max_log_e[name]:.1f})" for name in held)
-        level = hold_level(state.log_threshold)
-        text += f"; no early pass: {evidence} reached the hold level log E {level:.1f} (a third of the threshold's)"
-    undesigned = [c.name for c in checks if c.name not in designed]
-    if undesigned:
-        text += f"; not designed at TV {epsilon:g} (no power claim): {', '.join(undesigned)}"
-    return text
-
-
-def _reason(
-    state: CaseEvidence,
-    checks: Sequence[CheckResult],
-    *,
-    threshold: float,
-    epsilon: float,
-    powered: bool,
-    designed: set[str],
-    claimed: set[str],
-) -> str:
-    if state.raised is not None and not state.failed(Layer.LOSSLESS):
-        error = state.raised.error
-        tail = "".join(traceback.format_exception(error))[-2000:]
-        return f"the target raised on a valid input after {state.trials} trials: {state.raised}\n{tail}"
-    for layer in (Layer.LOSSLESS, Layer.CONFORMANCE):
-        if layer in state.violations:
-            reason = f"certain {layer.value} violation: {state.violations[layer].message}"
-            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
-        rejected = [c for c in checks if c.layer == layer.value and c.rejected]
-        if rejected:
-            first = min(rejected, key=lambda c: state.rejected_at[c.name])
-            reason = (
-                f"{layer.value}: {first.name} e-value reached the threshold {threshold:.3g} after "
-                f"{state.rejected_at[first.name]} trials (TV estimate {first.tv_estimate:.3f})"
-            )
-            return reason + _underpowered_lossless(layer, checks, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
-    if not checks:
-        return f"every deterministic check held in {state.trials} trials"
-    if not powered:
-        worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
-        return (
-            f"no check reached the threshold in {state.trials} trials; underpowered: the observations the checks got "
-            f"detect TV >= {worst:.3g} at the designed power, not {epsilon:g}"
-        )
-    return f"no check reached the threshold in {state.trials} trials (designed to detect TV >= {epsilon:g})"
-
-
-def _underpowered_lossless(
-    layer: Layer, checks: Sequence[CheckResult], *, epsilon: float, powered: bool, designed: set[str], claimed: set[str]
-) -> str:
-    """A conformance failure still claims losslessness: say so when that claim is not backed by power."""
-    if layer is not Layer.CONFORMANCE or powered:
-        return ""
-    worst = max((c.design_epsilon or math.inf for c in checks if c.name in designed and c.layer in claimed), default=math.inf)
-    return f"; losslessness underpowered: its observations detect TV >= {worst:.3g}, not {epsilon:g}"

@@ -25,14 +25,7 @@ from specwatch.cases import Case
 from specwatch.evidence import CaseEvidence, case_result, designed_checks, passed_early
 from specwatch.experiments import Experiment
 from specwatch.laws import validate_law
-from specwatch.protocol import (
-    Acceptance,
-    CaseResult,
-    LibraryIdentity,
-    RunResult,
-    Verdict,
-    run_verdict,
-)
+from specwatch.protocol import Acceptance, CaseResult, LibraryIdentity, RunResult, Verdict, run_verdict
 from specwatch.sampling import Sampler, TargetRaised
 from specwatch.stats import (
     plan_test,

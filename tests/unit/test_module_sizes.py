@@ -11,9 +11,9 @@ PACKAGES = ("specwatch", "service", "workers")
 MODULE_LINES = 400
 FUNCTION_LINES = 80
 #: Modules over the limit today (path: lines at most), to be split.
-PENDING_MODULES: dict[str, int] = {"specwatch/runner.py": 402, "specwatch/cli/check.py": 430}
+PENDING_MODULES: dict[str, int] = {"specwatch/cli/check.py": 430}
 #: Functions over the limit today (path:function: lines at most), to be split.
-PENDING_FUNCTIONS: dict[str, int] = {"specwatch/evidence.py:case_result": 146, "specwatch/cli/check.py:check": 85}
+PENDING_FUNCTIONS: dict[str, int] = {"specwatch/cli/check.py:check": 85}
 
 
 def _modules() -> list[Path]:
