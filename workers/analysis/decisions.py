@@ -18,6 +18,8 @@ from service.models.entries import RAISED
 
 #: The layers a case can fail in (an alert entry's reason), beside ``RAISED``: the target itself raised.
 LOSSLESS, CONFORMANCE = "lossless", "conformance"
+#: What confirmed a certain violation whose counterexample came back with the first run's inputs.
+REPLAYED = "counterexample replayed"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class RunEvidence:
     checks: tuple[CheckEvidence, ...] = ()
     certain: frozenset[str] = frozenset()  # layers with an observation impossible under the exact law
     raised: bool = False  # the target raised on a valid input
+    #: Layers with a certain violation when the case was first replayed with the earlier run's inputs (its seeds).
+    replayed: frozenset[str] = frozenset()
 
     @property
     def log_threshold(self) -> float:
@@ -62,8 +66,11 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
     - a check of ``layer`` that rejected in both runs (running maxima past T1 and T2): by Ville's inequality
       and independence at most 1 / (T1 T2).
     A certain violation in ``first`` (stopped e-value None) is not an infinite factor: it is confirmed only by
-    a certain violation of ``layer`` in the rerun or a check of ``layer`` rejecting there on its own (running
-    maximum or stopped e-value past T2); a clean rerun confirms nothing.
+    its counterexample coming back when the rerun replays the case with ``first``'s inputs (``again.replayed``:
+    the same seeds, so the same prompts and draws; a certain violation is impossible under the null whatever the
+    inputs, so this adds nothing to the bound below), by a certain violation of ``layer`` with the rerun's fresh
+    inputs, or by a check of ``layer`` rejecting there on its own (running maximum or stopped e-value past T2); a
+    clean rerun confirms nothing.
     Under the null of ``layer`` an alert of a case is thus confirmed with probability at most
     2 m_L / (T1 T2), m_L being the case's checks of that layer; with T = m / alpha (m >= m_L checks in the
     run) at most 2 alpha^2 / m per case. References: Ville 1939; Vovk & Wang 2021 (products of independent
@@ -71,8 +78,15 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
     """
     if layer == RAISED:
         return "raised again" if again.raised else None
+    if layer in first.certain and layer in again.replayed:
+        return REPLAYED
     if layer in again.certain:
         return "certain violation"
+    return _confirming_check(first, again, layer)
+
+
+def _confirming_check(first: RunEvidence, again: RunEvidence, layer: str) -> str | None:
+    """The check of ``layer`` whose evidence in ``again`` confirms ``first``'s (:func:`confirmation`), if any."""
     before = {c.name: c for c in first.checks if c.layer == layer}
     budget = first.log_threshold + again.log_threshold
     for check in again.checks:

@@ -302,3 +302,59 @@ def test_an_acceptance_drift_is_bisected_to_its_first_commit(factory: sessionmak
         assert {session.get_one(Run, run_id).purpose for run_id in extra} == {RunPurpose.bisection}
     (message,) = slack_rows(factory)
     assert (message.event, message.alert_id) == ("opened", alert.id)
+
+
+# A bug that shows for some inputs only (as greedy != assisted on one prompt): the sampler emits an impossible token in
+# the trials drawn with the commit's own seeds (attempt 0, read from the suite's --seed), never with fresh ones.
+ONE_INPUT_BUG = CORRECT.replace(
+    "import torch\n",
+    "import sys\n\nimport torch\n\nfrom specwatch.runner import derive_seed\n\n"
+    "_SEED = int(sys.argv[sys.argv.index('--seed') + 1]) if '--seed' in sys.argv else None\n"
+    "_FIRST = {derive_seed(_SEED, c, 0) for c in ('direct/far_apart/V8/g1', 'direct/far_apart/V8/g3')} if _SEED is not None else set()\n",
+    1,
+).replace(
+    "    return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=n_accepted)\n",
+    "    if generator.initial_seed() in _FIRST:\n        tokens[0, n_accepted[0]] = p.shape[1]\n"
+    "    return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=n_accepted)\n",
+    1,
+)
+
+
+def test_a_counterexample_is_replayed_with_the_first_runs_inputs_before_fresh_ones(
+    factory: sessionmaker[Session], toy_repo: ToyRepo
+) -> None:
+    """Issue 37: the confirmation run replays each case whose first run found a certain violation with that run's
+    seeds (the same inputs) before drawing its own. The fresh inputs pass, the replayed ones fail the same way: the
+    alert is confirmed by the counterexample coming back, where a fresh-only confirmation dropped it."""
+    assert ONE_INPUT_BUG.count("_FIRST") == 2  # both replacements took
+    sha = toy_repo.commit(ONE_INPUT_BUG, "A sampler wrong on some inputs")
+    _, (run_id,) = record(factory, toy_repo, [sha], tested=[sha])
+
+    drive([run_id])
+
+    with factory() as session:
+        first = {c.case_id: c for c in session.get_one(Run, run_id).case_results}
+        confirmation = session.scalars(select(Run).where(Run.parent_run_id == run_id, Run.purpose == RunPurpose.confirmation)).one()
+        assert {c: (r.verdict, r.details["certain"]) for c, r in first.items()} == {c: (Verdict.FAIL, ["lossless"]) for c in first}
+        args = confirmation.result_header["suite_args"]
+        assert args[args.index("--attempt") :] == [
+            "--attempt",
+            "1",
+            *[a for c in sorted(first) for a in ("--replay", c)],
+            "--replay-attempt",
+            "0",
+        ]
+        for again in confirmation.case_results:
+            replay = again.details["replay"]
+            assert again.verdict is Verdict.PASS  # fresh inputs: nothing wrong
+            assert (replay["attempt"], replay["seed"], replay["verdict"], replay["certain"]) == (
+                0,
+                first[again.case_id].seed,
+                "fail",
+                ["lossless"],
+            )
+            assert replay["reason"] == first[again.case_id].details["reason"]
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.confirmed) == (AlertKind.violation, True)
+    assert {e["case_id"]: e["confirmed_by"] for e in alert.cases} == dict.fromkeys(first, "counterexample replayed")
+    assert all(e["replay"].startswith(f"seed {first[e['case_id']].seed}: ") for e in alert.cases)

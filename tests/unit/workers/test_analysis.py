@@ -11,6 +11,7 @@ import pytest
 from service.models import AlertKind, CaseResult, RunStatus, Verdict
 from workers.analysis.bisection import commit_outcome, known_at
 from workers.analysis.decisions import (
+    REPLAYED,
     AcceptanceSample,
     CaseOutcome,
     CheckEvidence,
@@ -68,6 +69,23 @@ def test_a_certain_violation_is_not_confirmed_by_a_clean_rerun():
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
     # A certain violation of another layer in the rerun does not.
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1.0), certain=frozenset({"conformance"})), "lossless") is None
+
+
+def test_a_counterexample_replayed_with_the_first_runs_inputs_confirms_a_certain_violation():
+    """Issue 37: greedy != assisted on one prompt, then 64 fresh prompts all equal, and the case left the alert. The
+    confirmation now replays the case with the first run's seeds first: the counterexample coming back confirms it,
+    whatever the fresh inputs show; one that does not come back leaves the fresh inputs to decide."""
+    first = _case(("lossless/pos1", "lossless", True, None), certain=frozenset({"lossless"}))
+    clean = (("lossless/pos1", "lossless", False, 0.3),)
+    replayed = RunEvidence(T, tuple(_case(*clean).checks), replayed=frozenset({"lossless"}))
+    assert confirmation(first, replayed, "lossless") == REPLAYED
+    assert confirmation(first, RunEvidence(T, tuple(_case(*clean).checks)), "lossless") is None  # not replayed
+    # A replay that misses it (a nondeterministic library) leaves the fresh evidence to decide.
+    assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
+    # The replay's violation of another layer, or a replay of a failure that was not certain, confirms nothing.
+    assert confirmation(first, RunEvidence(T, tuple(_case(*clean).checks), replayed=frozenset({"conformance"})), "lossless") is None
+    statistical = _case(("lossless/pos1", "lossless", True, T * 10))
+    assert confirmation(statistical, replayed, "lossless") is None
 
 
 def test_running_maxima_are_not_multiplied():
