@@ -45,6 +45,7 @@ OUTPUT_TITLE_MAX = 255
 #: A status's check-run conclusion; the pending statuses (``pending``, ``confirming``) post no check run.
 CONCLUSIONS = {
     "success": "success",
+    "fixed": "success",
     "not-confirmed": "success",
     "failure": "failure",
     "confirmed": "failure",

@@ -245,6 +245,29 @@ def bisect(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> Bis
     return Bisection(first_bad=None, next_to_test=commits[middle], last_good=last_good)
 
 
+@dataclass(frozen=True)
+class FixBisection:
+    """The state of a first-good-commit search: where a failing case passes again first."""
+
+    first_good: str | None  # known once the last bad commit is directly followed by a good one
+    next_to_test: str | None
+    last_bad: str | None
+
+
+_FLIPPED = {CommitOutcome.GOOD: CommitOutcome.BAD, CommitOutcome.BAD: CommitOutcome.GOOD, CommitOutcome.UNKNOWN: CommitOutcome.UNKNOWN}
+
+
+def bisect_fix(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> FixBisection:
+    """Next commit to test between the newest bad commit before the newest good one and the first good after it.
+
+    The mirror of :func:`bisect` (a fix is the first commit of a streak of passes, as a regression is the first of a
+    streak of failures): ``commits`` in branch order end with the commit where the failure was seen fixed, and the
+    same rules hold with good and bad exchanged (midpoints, git-bisect's rule; unknown commits not retested).
+    """
+    found = bisect(commits, {sha: _FLIPPED[outcome] for sha, outcome in outcomes.items()})
+    return FixBisection(first_good=found.first_bad, next_to_test=found.next_to_test, last_bad=found.last_good)
+
+
 def _last(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome], outcome: CommitOutcome, end: int) -> str | None:
     return next((commits[i] for i in range(end - 1, -1, -1) if outcomes.get(commits[i]) == outcome), None)
 

@@ -358,3 +358,33 @@ def test_a_counterexample_is_replayed_with_the_first_runs_inputs_before_fresh_on
     assert (alert.kind, alert.confirmed) == (AlertKind.violation, True)
     assert {e["case_id"]: e["confirmed_by"] for e in alert.cases} == dict.fromkeys(first, "counterexample replayed")
     assert all(e["replay"].startswith(f"seed {first[e['case_id']].seed}: ") for e in alert.cases)
+
+
+def test_a_fix_after_skipped_commits_is_bisected_to_its_first_good_commit(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """Issue 37: with the head policy a push of several commits tests its head only; the head passing shows the alert's
+    cases fixed, but where? A first-good-commit search (the mirror of the first-bad one) tests the skipped commits'
+    midpoints and moves the cases' fixed_sha, and the alert's resolving commit, to the first commit that passes."""
+    good = toy_repo.commit(CORRECT, "base")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "Simplify the residual")
+    push = [toy_repo.commit(SWAPPED_RESIDUAL if i < 2 else CORRECT, f"commit {i}") for i in range(5)]  # push[2] fixes it
+    commit_ids, (good_run, bad_run, head_run) = record(factory, toy_repo, [good, bad, *push], tested=[good, bad, push[-1]])
+    drive([good_run, bad_run])
+    (alert,) = alerts(factory)
+    assert (alert.state, alert.first_bad_commit_id) == (AlertState.open, commit_ids[bad])
+
+    extra = drive([head_run])[1:]
+
+    (alert,) = alerts(factory)
+    assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commit_ids[push[2]])
+    assert {e["case_id"]: e["fixed_sha"] for e in alert.cases} == {e["case_id"]: push[2] for e in alert.cases}
+    with factory() as session:
+        purposes = {session.get_one(Run, run_id).purpose for run_id in extra}
+        search = session.get_one(Run, head_run).analysis["fix_searches"]
+    assert purposes == {RunPurpose.bisection}
+    assert len(extra) <= math.ceil(math.log2(4 + 1))  # 4 untested commits between the last failing one and the head
+    assert [(s["done"], s["first_good"], s["last_bad"], s["runs"]) for s in search] == [(True, push[2], push[1], len(extra))]
+    assert [(n.event, n.alert_id) for n in slack_rows(factory)] == [("opened", alert.id), ("resolved", alert.id), ("fix-located", alert.id)]
+    located = slack_rows(factory)[-1].payload["text"]
+    assert located.startswith("First good commit found: Losslessness violation in toy")
+    assert f"fixed at `{push[2][:12]}`" in str(slack_rows(factory)[-1].payload["blocks"])
+    print(f"fix bisection: 4 skipped commits, first good = the third, after {len(extra)} runs")
