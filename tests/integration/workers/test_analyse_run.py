@@ -28,6 +28,7 @@ from service.models import (
     Target,
     Verdict,
 )
+from tests.support.http_fakes import block_kit_problems
 from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SWAPPED_RESIDUAL, ToyRepo
 from tests.support.workers import clear_caches
 
@@ -384,6 +385,7 @@ def test_a_fix_after_skipped_commits_is_bisected_to_its_first_good_commit(factor
     assert len(extra) <= math.ceil(math.log2(4 + 1))  # 4 untested commits between the last failing one and the head
     assert [(s["done"], s["first_good"], s["last_bad"], s["runs"]) for s in search] == [(True, push[2], push[1], len(extra))]
     assert [(n.event, n.alert_id) for n in slack_rows(factory)] == [("opened", alert.id), ("resolved", alert.id), ("fix-located", alert.id)]
+    assert block_kit_problems(slack_rows(factory)[-1].payload) == []
     located = slack_rows(factory)[-1].payload["text"]
     assert located.startswith("First good commit found: Losslessness violation in toy")
     assert f"fixed at `{push[2][:12]}`" in str(slack_rows(factory)[-1].payload["blocks"])
