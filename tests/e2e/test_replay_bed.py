@@ -138,4 +138,9 @@ def test_a_replayed_history_alerts_each_regression_at_its_release_and_reports_ea
         (first.id, versions["1.3"], [versions["1.3"]]),
         (second.id, versions["1.3"], [versions["1.3"]]),
     ]
-    print(f"replay bed: 4 releases, {len(runs)} runs, alerts at 1.1 and 1.2, both resolved at 1.3, {elapsed:.0f} s under serve")
+    for alert in (first, second):
+        signatures = sorted({(e["signature"]["evidence"], e["signature"]["check"], str(e["signature"]["tv"])) for e in alert.cases})
+        print(
+            f"alert {alert.id}: {[e['case_id'] for e in alert.cases]} {signatures} confirmed by {[e['confirmed_by'] for e in alert.cases]}"
+        )
+    print(f"replay bed: 4 releases, runs {report}, alerts at 1.1 and 1.2, both resolved at 1.3, {elapsed:.0f} s under serve")
