@@ -20,8 +20,9 @@ import time
 def _child(trials: int) -> None:
     import torch
 
-    from specwatch.targets.llamacpp.adapter import LlamaCppAdapter, tool_path
-    from specwatch.targets.llamacpp.e2e import PROMPT, GenerateExperiment
+    from specwatch.targets.llamacpp.adapter import LlamaCppAdapter
+    from specwatch.targets.llamacpp.build import tool_path
+    from specwatch.targets.llamacpp.experiments import PROMPT, GenerateExperiment
     from specwatch.targets.llamacpp.server import ServerConfig, shared_server, stop_all
     from specwatch.targets.llamacpp.server_cases import GAMMA, NGRAM, SERVER_HORIZON, SERVER_PROCESSING, ServerGenerate, ignore_eos_chain
 

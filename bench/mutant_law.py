@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from specwatch.conditional import PIT_BINS, TokenOrder
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS
 
 CASE = "e2e/prompt_lookup/processed"

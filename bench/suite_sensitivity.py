@@ -37,7 +37,7 @@ import torch
 from specwatch.evidence import designed_checks
 from specwatch.runner import SuiteConfig, run_case, trial_cap
 from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, rejection_threshold
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 
 DEFAULT_CASES = ("e2e/*", "direct/far_apart/V8/g1", "direct/close/V64/g5", "direct/llm_like/V1024/g4")
 

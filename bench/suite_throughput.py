@@ -38,7 +38,7 @@ def _batches(total: int) -> list[int]:
 def _sampler(kind: str) -> Sampler:
     if kind == "reference":
         return reference_sampler
-    from specwatch.targets.transformers import TransformersAdapter
+    from specwatch.targets.transformers.adapter import TransformersAdapter
 
     return TransformersAdapter.load().sampler()
 
@@ -67,7 +67,7 @@ def harness(kind: str, case_id: str, trials: int) -> float:
 def generate_calls(case_id: str, calls: int) -> float:
     """generate() calls/s of an end-to-end case's experiment."""
     torch.set_num_threads(1)
-    from specwatch.targets import resolve
+    from specwatch.targets.loader import resolve
 
     case = next(c for c in resolve("transformers").cases if c.id == case_id)
     experiment = case.build(reference_sampler, torch.device("cpu"))

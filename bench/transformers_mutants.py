@@ -60,7 +60,7 @@ def _designed(mutant: str, seed: int, designs: list[float], tests: int) -> dict[
     import torch
 
     from specwatch.runner import SuiteConfig, run_case
-    from specwatch.targets import resolve
+    from specwatch.targets.loader import resolve
     from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS
 
     torch.set_num_threads(1)
@@ -86,7 +86,7 @@ def _one(mutant: str, seed: int, max_trials: int) -> dict[str, Any]:
     from specwatch.cases import Case
     from specwatch.runner import SuiteConfig, run_case
     from specwatch.sampling import Processing
-    from specwatch.targets import resolve
+    from specwatch.targets.loader import resolve
     from specwatch.targets.transformers.adapter import PROCESSING_ON
     from specwatch.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment
     from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS

@@ -76,7 +76,7 @@ from service.auth import hash_token  # noqa: E402
 from service.db import make_engine, session_scope  # noqa: E402
 from service.ingest import NewCommit, RunOptions, queue_runs, record_commits  # noqa: E402
 from service.models import Alert, AlertKind, AlertState, Commit, Run, RunStatus, Target  # noqa: E402
-from service.queries import set_alert_state  # noqa: E402
+from service.alerts import set_alert_state  # noqa: E402
 from service.releases import release_sha  # noqa: E402
 from service.settings import Environment, Settings  # noqa: E402
 from service.targets import add_target, make_spec  # noqa: E402

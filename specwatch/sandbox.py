@@ -40,6 +40,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from specwatch.targets.registry import registry
+
 log = logging.getLogger(__name__)
 
 #: The ``specwatch`` package's folder: bound read-only into every sandbox (the suite, and the API a sampler imports).
@@ -261,44 +263,40 @@ def with_limits(command: list[str], python: str, max_processes: int | None, memo
     return [python, "-c", LAUNCHER, str(max_processes or 0), str(memory_bytes or 0), *command]
 
 
-#: The first vLLM release (CUDA wheel) installed kernels-only on a machine without CUDA (specwatch.targets.install).
-KERNELS_ONLY_FROM = (0, 34)
-#: Per library, the first release installed kernels-only where torch sees no CUDA device (CUDA wheels).
-KERNELS_ONLY_SINCE = {"vllm": KERNELS_ONLY_FROM, "sglang": (0, 5)}
-
-
 def release_folder_name(requirement: str, *, kernels_only: bool = False) -> str:
     """The release cache entry of ``requirement`` (a folder of ``SPECWATCH_CACHE_DIR/pip``)."""
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", requirement) + (".kernels-only" if kernels_only else "")
 
 
 def may_be_kernels_only(requirement: str) -> bool:
-    """Whether ``requirement`` is a release of a library in :data:`KERNELS_ONLY_SINCE` from its first kernels-only
-    release on (installed kernels-only where torch sees no CUDA device)."""
-    found = re.fullmatch(r"(vllm|sglang)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
-    return found is not None and (int(found[2]), int(found[3])) >= KERNELS_ONLY_SINCE[found[1]]
-
-
-#: Libraries whose releases are built rather than installed with pip into ``pip/<release>``: the top folder of the
-#: cache their builds live in, one folder per version under it (llama-cpp-python: ``llamacpp/<version>``, the
-#: vendored llama.cpp compiled once per version by :mod:`specwatch.targets.llamacpp.build`).
-BUILT_RELEASES = {"llama-cpp-python": "llamacpp"}
+    """Whether ``requirement`` names (exactly, ``NAME==X.Y...``) a release of a distribution that its target installs
+    kernels-only where torch sees no CUDA device, from that distribution's ``kernels_only_since`` on
+    (:class:`specwatch.targets.registry.Distribution`: ``vllm`` from 0.34, ``sglang`` from 0.5)."""
+    found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)==(\d+)\.(\d+)(?:\.[0-9A-Za-z.+\-]*)?", requirement)
+    if found is None:
+        return False
+    described = registry().distribution(found[1])
+    since = described[1].kernels_only_since if described is not None and described[1].name == found[1] else None
+    return since is not None and (int(found[2]), int(found[3])) >= since
 
 
 def built_release(requirement: str) -> tuple[str, str] | None:
-    """``(top folder, version)`` of ``requirement`` where it names an exact release of a library of
-    :data:`BUILT_RELEASES` (any spelling of its name), else None."""
+    """``(top folder, version)`` of ``requirement`` where it names an exact release of a distribution whose target
+    builds its releases into a cache folder of their own (:attr:`specwatch.targets.registry.Distribution.built`:
+    llama-cpp-python's ``llamacpp/<version>``, the vendored llama.cpp compiled once per version; any spelling of its
+    name), else None."""
     found = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
     if found is None:
         return None
-    top = BUILT_RELEASES.get(re.sub(r"[-_.]+", "-", found[1]).lower())
+    described = registry().distribution(found[1])
+    top = described[1].built if described is not None else None
     return None if top is None else (top, found[2])
 
 
 def release_entries(cache: Path, requirement: str) -> list[Path]:
     """The release cache entries an install of ``requirement`` may write under ``cache`` (``SPECWATCH_CACHE_DIR``):
-    its folder, and its kernels-only folder where it may be one; for a built library (:data:`BUILT_RELEASES`),
-    its build folder. During that install they are the only writable part of the cache: the entries of other
+    its folder, and its kernels-only folder where it may be one; for a built library (:func:`built_release`), its
+    build folder. During that install they are the only writable part of the cache: the entries of other
     releases are bound read-only."""
     built = built_release(requirement)
     if built is not None:

@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 
 from service.addresses import ip_of, is_private_address, is_private_host, resolve
 from service.logsafe import loggable
-from service.targets import RepoPolicy, TargetError, redact_url, validate_repo_url
+from service.repositories import RepoPolicy, redact_url, validate_repo_url
+from service.target_errors import TargetError
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ from service.settings import Settings
 from workers.analysis import unanalysed
 from workers.celery_app import ANALYSE_RUN, DEFAULT_QUEUE, GPU_QUEUE
 from workers.embedded_outbox import OutboxSender, outbox_config
-from workers.execution import utcnow
+from workers.lease import utcnow
 from workers.notify import deliver_due
 from workers.settings import get_worker_settings
 from workers.tasks import ANALYSIS_HORIZON, channels

@@ -35,34 +35,27 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import logging
 import os
 import re
 import shutil
-import signal
 import socket
-import threading
-import traceback
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
-from typing import Any
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.instance import instance_key
 from service.models import InstallMode, RunStatus
 from service.releases import pip_requirement, release_version
+from service.repositories import RepoPolicy
 from service.settings import get_settings
-from service.targets import RepoPolicy
-from specwatch.protocol import ExitStatus, ResultSchemaError, RunResult
 from specwatch.sandbox import Sandbox, declares_project, resolve_sandbox
 from workers.checkout import CheckoutError, MirrorCache
+from workers.lease import Heartbeat, LeaseLostError, utcnow
 from workers.limits import RunLimits
+from workers.outcome import exception_record, interpret
 from workers.profiles import Profile, UnknownProfileError, get_profile
 from workers.runs import (
     RunOutcome,
@@ -73,16 +66,11 @@ from workers.runs import (
     record_crash,
     record_install_failure,
     record_outcome,
-    renew_lease,
 )
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand, SuiteOutcome, probe_device, run_suite_process, source_dir
 from workers.settings import InstanceFolders, WorkerSettings
 
 log = logging.getLogger(__name__)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def worker_identity() -> str:
@@ -103,53 +91,6 @@ def run_seed(sha: str) -> int:
     if re.fullmatch(r"[0-9a-fA-F]{4,64}", sha) is None:
         return int.from_bytes(hashlib.sha256(sha.encode()).digest()[:8], "big") >> 4
     return int(sha[:15].ljust(15, "0"), 16)
-
-
-class LeaseLostError(Exception):
-    """Another attempt took the run over (our lease expired): stop, store nothing."""
-
-
-class Heartbeat:
-    """Renews an attempt's lease every ``interval_s`` in a background thread until the block ends.
-
-    ``lost`` is set when the attempt no longer holds the run. A database error only logs: the lease may then
-    expire and the sweeper hand the run to another worker, which fencing makes safe. ``spawn_lock`` is held
-    during each renewal, so a fork under it never copies a lock this thread holds.
-    """
-
-    def __init__(self, factory: sessionmaker[Session], run_id: int, attempt: int, *, lease_s: float, interval_s: float) -> None:
-        self.factory, self.run_id, self.attempt = factory, run_id, attempt
-        self.lease_s, self.interval_s = lease_s, interval_s
-        self.lost = threading.Event()
-        self.spawn_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-run-{run_id}", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            with self.spawn_lock:
-                try:
-                    with session_scope(self.factory) as session:
-                        held = renew_lease(session, self.run_id, self.attempt, now=utcnow(), lease_s=self.lease_s)
-                except DBAPIError as exc:
-                    log.warning("heartbeat_failed run_id=%s attempt=%s error=%s", self.run_id, self.attempt, type(exc).__name__)
-                    continue
-            if not held:
-                log.warning("lease_lost run_id=%s attempt=%s", self.run_id, self.attempt)
-                self.lost.set()
-                return
-
-    def check(self) -> None:
-        if self.lost.is_set():
-            raise LeaseLostError(f"run {self.run_id}: attempt {self.attempt} lost its lease")
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class AttemptStatus(enum.StrEnum):
@@ -219,38 +160,6 @@ def execute_run(run_id: int, *, factory: sessionmaker[Session], settings: Worker
         return AttemptResult(run_id, AttemptStatus.lease_lost, "another attempt holds the run")
     log.info("run_finished run_id=%s attempt=%s status=%s error=%s", run_id, claim.attempt, outcome.status.value, outcome.error)
     return AttemptResult(run_id, AttemptStatus(outcome.status.value), outcome.error)
-
-
-def exception_record(attempt: int, exc: BaseException) -> dict[str, Any]:
-    """What a run keeps of an exception its worker raised: the attempt, the type, the message (cut), and where:
-    the innermost frame of specwatch's own code, then the innermost of all when that is elsewhere (the standard
-    library, a dependency: its file name only), each with its line and function."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ours = [frame for frame in frames if _own_path(frame) is not None]
-    where = " via ".join(dict.fromkeys(_frame_text(frame) for frame in (ours[-1:] + frames[-1:]))) or "unknown"
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return {"attempt": attempt, "type": name, "message": str(exc)[:_EXCEPTION_MESSAGE_CHARS], "where": where}
-
-
-_EXCEPTION_MESSAGE_CHARS = 1000
-
-
-def _own_path(frame: traceback.FrameSummary) -> str | None:
-    """The frame's path inside specwatch's own packages (``workers/execution.py``), or None."""
-    path = Path(frame.filename)
-    if not path.is_relative_to(SPECWATCH_ROOT):
-        return None
-    relative = path.relative_to(SPECWATCH_ROOT)
-    return relative.as_posix() if relative.parts[0] in _OWN_PACKAGES else None
-
-
-_OWN_PACKAGES = frozenset({"specwatch", "service", "workers"})
-
-
-def _frame_text(frame: traceback.FrameSummary) -> str:
-    """``path:line in function``: the path inside specwatch's own packages, else the file name only."""
-    return f"{_own_path(frame) or Path(frame.filename).name}:{frame.lineno} in {frame.name}"
 
 
 def _crashed(factory: sessionmaker[Session], claim: RunSpec, exc: Exception) -> AttemptResult:
@@ -434,67 +343,3 @@ def _remove_earlier_attempts(scratch_root: Path, run_id: int, mirrors: MirrorCac
         if mirrors is not None:
             mirrors.remove_worktree(repo_url, leftover / "checkout")
         shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(no output on stderr)"
-
-
-def _header(result: RunResult | None, command: SuiteCommand) -> dict[str, Any] | None:
-    """What the run keeps of the suite's result besides its cases (``runs.result_header``), as JSON values."""
-    if result is None:
-        return None
-    header = {key: value for key, value in result.to_dict().items() if key != "results"}
-    return {"run": json.loads(json.dumps(header)), "suite_args": list(command.suite_args)}
-
-
-def interpret(outcome: SuiteOutcome, command: SuiteCommand, *, library_version: str | None, profile: str) -> RunOutcome:
-    """The run's status from the suite's exit status AND its result file; an inconsistent pair is an error.
-
-    The result file is read as :class:`~specwatch.protocol.RunResult` (:meth:`~specwatch.protocol.RunResult.from_json`
-    checks its ``schema``); one this worker cannot read makes the run an error that says why. The run's library
-    version is ``library_version`` (a release's own) or else the one the suite recorded from the library it tested.
-    """
-    unreadable = None
-    try:
-        result = None if outcome.result is None else RunResult.from_json(outcome.result)
-    except ResultSchemaError as exc:
-        result, unreadable = None, str(exc)
-    verdict = result.verdict.value if result is not None else None
-    common: dict[str, Any] = {
-        "log_tail": outcome.stderr_tail or None,
-        "device": (result.device if result is not None else None) or command.device,
-        "library_version": library_version or (result.environment.get("library_version") if result is not None else None),
-        "library_distribution": result.environment.get("library_distribution") if result is not None else None,
-        "torch_version": result.environment.get("torch") if result is not None else None,
-        "python_version": result.environment.get("python") if result is not None else None,
-        "seed": command.seed,
-        "cases": result.results if result is not None else (),
-        "result_header": _header(result, command),
-    }
-    if outcome.timed_out or outcome.limit is not None:
-        error = (
-            f"the suite reached {outcome.limit} and was killed"
-            if outcome.limit is not None
-            else f"the suite exceeded its wall-clock limit of {command.timeout_s:g} s (profile {profile}) and was killed"
-        )
-        return RunOutcome(RunStatus.error, error=error, **common)
-    if unreadable is not None:
-        error = f"the suite's result file cannot be read by this worker: {unreadable}"
-        return RunOutcome(RunStatus.error, error=error, infrastructure_error=True, **common)
-    code = outcome.exit_code
-    if code == 0 and verdict == "pass":
-        return RunOutcome(RunStatus.passed, **common)
-    if code == 1 and verdict == "fail":
-        return RunOutcome(RunStatus.failed, **common)
-    if code == ExitStatus.INSTALL:
-        return RunOutcome(RunStatus.uninstallable, error=_last_line(outcome.stderr_tail).removeprefix("error: "), **common)
-    if code == ExitStatus.USAGE:
-        error = f"the suite could not test this commit (exit 2, a broken commit or target): {_last_line(outcome.stderr_tail)}"
-    elif code is not None and code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        error = f"the suite was killed by {name} (memory limit, or a crash in native code): {_last_line(outcome.stderr_tail)}"
-    else:
-        error = f"the suite crashed (exit {code}, verdict {verdict!r}): {_last_line(outcome.stderr_tail)}"
-    return RunOutcome(RunStatus.error, error=error, **common)

@@ -15,19 +15,14 @@ The worker process makes itself non-dumpable (:func:`make_non_dumpable`) before 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
-import resource
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -37,15 +32,12 @@ import specwatch
 from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
 from specwatch.sandbox import ENVIRONMENT_COMPLETE, Sandbox, environment_folder, release_entries, suite_environment, with_limits
-from workers.cgroups import RunCgroup, make_run_cgroup
-from workers.limits import RunLimits, over_limit
+from workers.limits import RunLimits
+from workers.supervise import Step, make_non_dumpable
 
 #: The directory holding the ``specwatch`` package (the suite, and the public API a sampler under test imports),
 #: on the suite's PYTHONPATH after the target's code: a checkout's root, or the site-packages of an install.
 SPECWATCH_ROOT = Path(specwatch.__file__).resolve().parent.parent
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
-_POLL_S = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -54,33 +46,6 @@ def source_dir(checkout: Path) -> Path:
     """Where a checkout's importable code lives: ``src/`` for src-layout projects (transformers), else the root."""
     src = checkout / "src"
     return src if src.is_dir() else checkout
-
-
-@lru_cache(maxsize=1)
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _child_setup(
-    memory_limit_bytes: int | None, parent_pid: int, max_processes: int | None = None, join: Callable[[], None] | None = None
-) -> Callable[[], None]:
-    """What the child does between fork and exec: join its control group (``join``), limit its memory (and its
-    uid's processes and threads), die with its parent."""
-    libc = _libc() if sys.platform == "linux" else None  # loaded before the fork, not in the child
-
-    def setup() -> None:
-        if join is not None:
-            join()
-        if memory_limit_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
-        if max_processes is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent_pid:  # the parent died before prctl took effect
-                os._exit(1)
-
-    return setup
 
 
 def warn_if_not_isolated(sandbox: Sandbox) -> None:
@@ -97,14 +62,6 @@ def warn_if_not_isolated(sandbox: Sandbox) -> None:
         what,
         sandbox.reason,
     )
-
-
-def make_non_dumpable() -> None:
-    """``prctl(PR_SET_DUMPABLE, 0)`` on this process (Linux): its ``/proc/<pid>/environ``, ``mem`` and ``maps``
-    become root's, and no process of its own uid may ptrace it. Idempotent; kept across fork, reset by exec
-    (the suite's own process is dumpable again, which exposes only its own clean environment)."""
-    if sys.platform == "linux":
-        _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -196,12 +153,6 @@ def _read_result(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) and isinstance(payload.get("results"), list) else None
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def run_suite_process(
     command: SuiteCommand,
     scratch: Path,
@@ -234,18 +185,13 @@ def run_suite_process(
     # Of SPECWATCH_ROOT only the specwatch package is bound (Sandbox.argv): not the service's folder, its .env
     # or database.
     checkout_paths = [p for p in command.python_path if not p.is_relative_to(scratch) and p != SPECWATCH_ROOT]
-    cache = command.cache_dir
-    gpu = command.device.startswith("cuda")
     limits = command.limits
     # RLIMIT_NPROC where the kernel counts only the sandbox's tasks: inside bubblewrap's user namespace, or on
     # the suite run as the sandbox uid (never on the worker's own uid: it would count the worker's processes).
     nproc = limits.max_processes if sandbox.mode in ("bwrap", "uid") else None
 
-    def confined(argv: list[str]) -> list[str]:
-        return with_limits(argv, command.python, nproc) if sandbox.mode == "bwrap" else argv
-
     with (scratch / "suite.out").open("wb") as out, err_path.open("wb") as err:
-        step = _Step(
+        step = Step(
             env=env,
             cwd=scratch,
             out=out,
@@ -256,37 +202,10 @@ def run_suite_process(
             limits=limits,
             nproc=nproc if sandbox.mode == "uid" else None,
         )
-        code: int | None = 0
-        timed_out = aborted = False
-
-        def installing(argv: list[str], entries: list[Path]) -> tuple[int | None, bool, bool]:
-            """An install step: in bubblewrap the package index only (through the proxy, specwatch.index_proxy) and
-            only ``entries`` of the cache writable (the other entries read-only); else as it is."""
-            assert cache is not None
-            for entry in entries:
-                entry.mkdir(parents=True, exist_ok=True)
-                if sandbox.switches_uid:
-                    os.chown(entry, sandbox.uid, sandbox.gid)
-            if sandbox.mode != "bwrap":
-                return step.run(argv, deadline, should_abort)
-            index = scratch / "index.sock"
-            confined_argv = confined(forwarded(argv, command.python, index))
-            wrapped = sandbox.argv(confined_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
-            with serving(index, index_hosts(env, command.python)):
-                return step.run(wrapped, deadline, should_abort)
-
-        if command.pip and sandbox.mode != "off" and cache is not None:
-            # Only this release's cache entry is writable: the entries of other releases are bound read-only.
-            code, timed_out, aborted = installing(command.install_argv(), release_entries(cache, command.pip))
-        if command.dependencies_of is not None and cache is not None:
-            code, timed_out, aborted, environment = _dependencies(command, command.dependencies_of, cache, scratch, installing)
-            if environment is not None:  # after the checkout's code, before the suite's interpreter's packages
-                source, *rest = command.python_path
-                step.env = suite_environment((source, environment, *rest), home, command.passthrough, os.environ) | dict(command.env)
+        steps = _Steps(command, sandbox, step, scratch, home, checkout_paths, nproc, deadline, should_abort)
+        code, timed_out, aborted = steps.install()
         if code == 0 and not (timed_out or aborted):
-            read_only = [*checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
-            argv = sandbox.argv(confined(command.argv(result_path)), cwd=scratch, writable=[scratch], read_only=read_only, gpu=gpu)
-            code, timed_out, aborted = step.run(argv, deadline, should_abort)
+            code, timed_out, aborted = steps.test(result_path)
         elif code is not None and code > 0 and code != ExitStatus.INSTALL:
             code = ExitStatus.USAGE  # the install step itself failed (not pip): the suite could not test the release
     killed = timed_out or aborted or step.limit is not None
@@ -299,6 +218,71 @@ def run_suite_process(
         duration_s=time.monotonic() - started,
         limit=step.limit,
     )
+
+
+@dataclass
+class _Steps:
+    """The steps of one run in its sandbox: the install steps (a release, a checkout's declared dependencies), then
+    the suite. Each writes only what it must: an install step its own cache entries, the suite its scratch."""
+
+    command: SuiteCommand
+    sandbox: Sandbox
+    step: Step
+    scratch: Path
+    home: Path
+    checkout_paths: list[Path]
+    nproc: int | None
+    deadline: float
+    should_abort: Callable[[], bool]
+
+    def confined(self, argv: list[str]) -> list[str]:
+        return with_limits(argv, self.command.python, self.nproc) if self.sandbox.mode == "bwrap" else argv
+
+    def installing(self, argv: list[str], entries: list[Path]) -> tuple[int | None, bool, bool]:
+        """An install step: in bubblewrap the package index only (through the proxy, specwatch.index_proxy) and
+        only ``entries`` of the cache writable (the other entries read-only); else as it is."""
+        cache = self.command.cache_dir
+        assert cache is not None
+        for entry in entries:
+            entry.mkdir(parents=True, exist_ok=True)
+            if self.sandbox.switches_uid:
+                os.chown(entry, self.sandbox.uid, self.sandbox.gid)
+        if self.sandbox.mode != "bwrap":
+            return self.step.run(argv, self.deadline, self.should_abort)
+        index = self.scratch / "index.sock"
+        confined_argv = self.confined(forwarded(argv, self.command.python, index))
+        wrapped = self.sandbox.argv(
+            confined_argv, cwd=self.scratch, writable=[self.scratch, *entries], read_only=[*self.checkout_paths, cache]
+        )
+        with serving(index, index_hosts(self.step.env, self.command.python)):
+            return self.step.run(wrapped, self.deadline, self.should_abort)
+
+    def install(self) -> tuple[int | None, bool, bool]:
+        """The release (only its cache entry writable), then the checkout's declared dependencies, where asked."""
+        command, cache = self.command, self.command.cache_dir
+        code: int | None = 0
+        timed_out = aborted = False
+        if command.pip and self.sandbox.mode != "off" and cache is not None:
+            code, timed_out, aborted = self.installing(command.install_argv(), release_entries(cache, command.pip))
+        if command.dependencies_of is not None and cache is not None:
+            checkout = command.dependencies_of
+            code, timed_out, aborted, environment = _dependencies(command, checkout, cache, self.scratch, self.installing)
+            if environment is not None:  # after the checkout's code, before the suite's interpreter's packages
+                source, *rest = command.python_path
+                self.step.env = suite_environment((source, environment, *rest), self.home, command.passthrough, os.environ) | dict(
+                    command.env
+                )
+        return code, timed_out, aborted
+
+    def test(self, result_path: Path) -> tuple[int | None, bool, bool]:
+        """The suite, writing only its scratch; the checkouts and the cache read-only."""
+        cache = self.command.cache_dir
+        read_only = [*self.checkout_paths, *((cache,) if cache is not None and cache.exists() else ())]
+        gpu = self.command.device.startswith("cuda")
+        argv = self.sandbox.argv(
+            self.confined(self.command.argv(result_path)), cwd=self.scratch, writable=[self.scratch], read_only=read_only, gpu=gpu
+        )
+        return self.step.run(argv, self.deadline, self.should_abort)
 
 
 def _dependencies(
@@ -325,90 +309,6 @@ def _dependencies(
     if not (environment / ENVIRONMENT_COMPLETE).is_file():
         code, timed_out, aborted = installing([*module, "install", str(resolved)], [environment])
     return code, timed_out, aborted, environment if code == 0 and not (timed_out or aborted) else None
-
-
-@dataclass
-class _Step:
-    """One subprocess of a run (install or test), supervised until it exits, the deadline, an abort or one of the
-    run's limits (then :attr:`limit` says which, and the step's status is None)."""
-
-    env: dict[str, str]
-    cwd: Path
-    out: Any
-    err: Any
-    sandbox: Sandbox
-    memory: int | None
-    spawn_lock: threading.Lock | None
-    limits: RunLimits = field(default_factory=RunLimits)
-    nproc: int | None = None  # RLIMIT_NPROC set on the child itself (uid mode)
-    limit: str | None = None
-
-    def run(self, argv: list[str], deadline: float, should_abort: Callable[[], bool]) -> tuple[int | None, bool, bool]:
-        """(exit status, timed out, aborted) of ``argv``; the status is None when we killed it."""
-        guard: AbstractContextManager[Any] = self.spawn_lock if self.spawn_lock is not None else nullcontext()
-        as_user: dict[str, Any] = (
-            {"user": self.sandbox.uid, "group": self.sandbox.gid, "extra_groups": []} if self.sandbox.switches_uid else {}
-        )
-        # The kernel's limits on the step's processes and memory in all, where the worker can make a cgroup.
-        group = make_run_cgroup(self.limits.max_processes, self.limits.memory_total_bytes)
-        try:
-            with guard:
-                proc = subprocess.Popen(  # noqa: S603 -- our interpreter and arguments, no shell
-                    argv,
-                    cwd=self.cwd,
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=self.out,
-                    stderr=self.err,
-                    start_new_session=True,
-                    preexec_fn=_child_setup(self.memory, os.getpid(), self.nproc, group.joiner() if group else None),  # noqa: PLW1509 -- fork happens under spawn_lock
-                    **as_user,
-                )
-            if group is not None:
-                group.close_fds()
-            return self._supervise(proc, group, deadline, should_abort)
-        finally:
-            if group is not None:
-                group.close_fds()
-                group.remove()
-
-    def _reached(self, proc: subprocess.Popen[bytes], group: RunCgroup | None) -> str | None:
-        """The limit the step reached (the kernel refused a fork, or the supervisor counts too much), if any."""
-        if group is not None and group.refused_a_fork():
-            return f"its limit of {self.limits.max_processes} processes and threads"
-        if group is not None and group.killed_for_memory():
-            return self._memory_limit()
-        return over_limit(proc.pid, self.limits)
-
-    def _memory_limit(self) -> str:
-        return f"its memory limit of {(self.limits.memory_total_bytes or 0) // (1024 * 1024)} MiB for all its processes"
-
-    def _supervise(
-        self, proc: subprocess.Popen[bytes], group: RunCgroup | None, deadline: float, should_abort: Callable[[], bool]
-    ) -> tuple[int | None, bool, bool]:
-        timed_out = aborted = False
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
-                    break
-                except subprocess.TimeoutExpired:
-                    if should_abort():
-                        aborted = True
-                    elif time.monotonic() >= deadline:
-                        timed_out = True
-                    elif (reached := self._reached(proc, group)) is not None:
-                        self.limit = reached
-                    else:
-                        continue
-                    _kill_group(proc)
-                    break
-        finally:
-            if proc.poll() is None:  # interrupted (soft time limit, shutdown): leave nothing running
-                _kill_group(proc)
-        if self.limit is None and group is not None and group.killed_for_memory():
-            self.limit = self._memory_limit()
-        return (None if timed_out or aborted or self.limit else proc.returncode), timed_out, aborted
 
 
 @lru_cache(maxsize=8)

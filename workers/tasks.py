@@ -28,13 +28,14 @@ from service.after_commit import after_commit
 from service.db import session_factory, session_scope
 from service.ingest import RunOptions
 from service.queue import enqueue_runs
+from service.repositories import RepoPolicy
 from service.settings import Settings, get_settings
-from service.targets import RepoPolicy
 from workers import pollers
 from workers.analysis import AnalysisConfig, analyse, unanalysed
 from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES, POLL_RELEASES, RUN_SUITE, SWEEP_RUNS, app
 from workers.checkout import MirrorCache
-from workers.execution import execute_run, instance_folders, utcnow
+from workers.execution import execute_run, instance_folders
+from workers.lease import utcnow
 from workers.notify import Channels, NotifyConfig, deliver_due
 from workers.runs import sweep
 from workers.settings import WorkerSettings, get_worker_settings

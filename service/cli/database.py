@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_factory, session_scope
 from service.queries import NotFoundError, QueryError
-from service.targets import TargetError
+from service.target_errors import TargetError
 from specwatch.cli.output import fail
 from specwatch.findings import FindingError
 from specwatch.protocol import ExitStatus

@@ -16,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.cli.database import reading
+from service.findings import add_finding, edit_finding, remove_finding, seed_target_findings
 from service.models import FindingState
-from service.queries import FindingRow, add_finding, edit_finding, list_findings, remove_finding, seed_target_findings
+from service.queries import FindingRow, list_findings
 from specwatch.cli.output import console, out, print_json
 
 findings_app = typer.Typer(

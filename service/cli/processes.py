@@ -2,12 +2,13 @@
 
 The control plane never imports ``workers`` (the import-linter contract: the API and its tests load no
 Celery worker code); the ``specwatch`` console script is one entry point for both, so these commands parse
-their options here and reach the workers the way the web side reaches tasks, by name.
+their options here and find the workers' commands through the entry point ``specwatch.processes`` -> ``workers``
+(declared in ``pyproject.toml``, as the server's commands join the command line through ``specwatch.cli``).
 """
 
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
@@ -18,9 +19,18 @@ import typer
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+#: The entry point group naming the module that runs the service's processes (``serve``, ``worker``, ``beat``).
+PROCESSES_GROUP = "specwatch.processes"
+
+
 def _workers_cli() -> ModuleType:
-    """:mod:`workers.cli`, imported by name when a service command runs (see the module docstring)."""
-    return importlib.import_module("workers.cli")
+    """The module registered as ``workers`` in :data:`PROCESSES_GROUP` (:mod:`workers.cli`), loaded when a service
+    command runs (see the module docstring)."""
+    found = entry_points(group=PROCESSES_GROUP, name="workers")
+    if not found:
+        raise RuntimeError(f"no {PROCESSES_GROUP} entry point 'workers': specwatch's package metadata is incomplete (reinstall it)")
+    module: ModuleType = next(iter(found)).load()
+    return module
 
 
 def serve(

@@ -19,19 +19,10 @@ from rich.table import Table
 from service.cli.database import unit_of_work
 from service.models import CommitPolicy, InstallMode, Target
 from service.queries.health import TargetHealth, targets_health
+from service.repositories import RepoPolicy
 from service.settings import get_settings
-from service.targets import (
-    KNOWN_ADAPTERS,
-    RepoPolicy,
-    TargetError,
-    add_target,
-    format_duration,
-    history_size,
-    list_targets,
-    make_spec,
-    remove_target,
-    update_target,
-)
+from service.target_errors import TargetError
+from service.targets import add_target, format_duration, history_size, known_adapters, list_targets, make_spec, remove_target, update_target
 from specwatch.cli.output import console, fail, out, plain, print_json
 from specwatch.findings import shipped_findings
 from specwatch.protocol import ExitStatus
@@ -45,7 +36,7 @@ _CHECKS_HELP = "besides the commit status, post a GitHub check run with the run'
 #: ``--adapter``'s help: every adapter the suite knows by name, then the module:function form.
 ADAPTER_HELP = (
     "suite adapter: "
-    + "; ".join(f"{name} ({what})" for name, what in sorted(KNOWN_ADAPTERS.items()))
+    + "; ".join(f"{name} ({what})" for name, what in sorted(known_adapters().items()))
     + "; or module:function, a sampler in the target's source tree"
 )
 

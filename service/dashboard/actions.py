@@ -20,13 +20,14 @@ from fastapi import APIRouter, BackgroundTasks, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.after_commit import after_commit
+from service.alerts import AlertStateError, set_alert_state
 from service.auth import hash_token, token_scope
 from service.dashboard import DASHBOARD_PATH, render_page
 from service.dashboard.session import FormError, check_csrf, csrf_token, require_writer, safe_next, sign_in, sign_out
 from service.deps import DbId, ProducerDep, SessionDep, app_settings
 from service.ingest import RunOptions
 from service.models import AlertState
-from service.queries import AlertStateError, NotFoundError, QueryError, set_alert_state
+from service.queries import NotFoundError, QueryError
 from service.queue import enqueue_runs
 from service.reruns import RunBusyError, rerun_commit
 

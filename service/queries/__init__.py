@@ -1,4 +1,5 @@
-"""Read-side queries over the history: the commits of a branch, runs, one case over commits, two commits compared;
+"""Read-side queries over the history (they only read: writes are in their domain modules, e.g. :mod:`service.findings`,
+:mod:`service.alerts`): the commits of a branch, runs, one case over commits, two commits compared;
 and the known findings of each target (:mod:`service.queries.findings`), which the readers use to mark known failures.
 
 The API (:mod:`service.routes`), the CLI (:mod:`service.cli`) and the dashboard
@@ -12,7 +13,7 @@ has it. The questions the readers share with the analysis (a branch's commits, t
 open alerts of a branch) are answered in :mod:`service.history`, so the two cannot disagree.
 """
 
-from service.queries.alerts import AlertRow, AlertStateError, alerts_by_state, get_alert, list_alerts, set_alert_state
+from service.queries.alerts import AlertRow, alerts_by_state, get_alert, list_alerts
 from service.queries.cases import CaseHistory, HistoryPoint, case_history, case_ids
 from service.queries.commits import CommitPage, CommitRow, commits_page, parse_cursor
 from service.queries.common import MAX_HISTORY, MAX_PAGE, SHA_PREFIX_MIN, NotFoundError, QueryError, get_target
@@ -21,18 +22,12 @@ from service.queries.findings import (
     FindingLink,
     FindingMatcher,
     FindingRow,
-    Seeded,
-    add_finding,
     alert_findings,
     alert_regressions,
     commit_version,
-    edit_finding,
     finding_matcher,
     get_finding,
     list_findings,
-    remove_finding,
-    seed_findings,
-    seed_target_findings,
 )
 from service.queries.runs import CaseRow, RunDetail, run_detail
 from service.queries.targets import BranchHead, TargetSummary, runs_by_status, targets_overview
@@ -43,7 +38,6 @@ __all__ = [
     "MAX_PAGE",
     "SHA_PREFIX_MIN",
     "AlertRow",
-    "AlertStateError",
     "BranchHead",
     "CaseComparison",
     "CaseHistory",
@@ -58,9 +52,7 @@ __all__ = [
     "NotFoundError",
     "QueryError",
     "RunDetail",
-    "Seeded",
     "TargetSummary",
-    "add_finding",
     "alert_findings",
     "alert_regressions",
     "alerts_by_state",
@@ -70,7 +62,6 @@ __all__ = [
     "commits_page",
     "compare",
     "coverage_summary",
-    "edit_finding",
     "finding_matcher",
     "get_alert",
     "get_finding",
@@ -78,12 +69,8 @@ __all__ = [
     "list_alerts",
     "list_findings",
     "parse_cursor",
-    "remove_finding",
     "resolve_sha",
     "run_detail",
     "runs_by_status",
-    "seed_findings",
-    "seed_target_findings",
-    "set_alert_state",
     "targets_overview",
 ]

@@ -1,5 +1,5 @@
 """Alerts: listed and filtered, one by id (each with the known findings that explain its cases), acknowledged or
-resolved by hand, counted by kind and state."""
+counted by kind and state (acknowledged or resolved by hand: :mod:`service.alerts`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,6 @@ from service.models import Alert, AlertKind, AlertState, Commit, Target
 from service.models.entries import AlertEntry, alert_entries
 from service.queries.common import MAX_PAGE, NotFoundError, QueryError, get_target
 from service.queries.findings import FindingLink, FindingMatcher, alert_findings, alert_regressions, finding_matcher
-
-
-class AlertStateError(QueryError):
-    """The alert cannot move to the asked state (a resolved alert cannot be acknowledged)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,7 @@ class AlertRow:
     regressions: dict[str, FindingLink] = field(default_factory=dict)
 
 
-def _alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
+def alert_rows(session: Session, alerts: Sequence[Alert]) -> list[AlertRow]:
     commit_ids = (
         {a.first_bad_commit_id for a in alerts}
         | {a.last_good_commit_id for a in alerts if a.last_good_commit_id}
@@ -113,7 +109,7 @@ def list_alerts(
         query = query.where(Alert.kind == kind)
     if branch is not None:
         query = query.where(Alert.branch == branch)
-    return _alert_rows(session, list(session.scalars(query)))
+    return alert_rows(session, list(session.scalars(query)))
 
 
 #: What "open" means on the alerts page: not resolved (open, or acknowledged: someone is on it).
@@ -124,30 +120,7 @@ def get_alert(session: Session, alert_id: int) -> AlertRow:
     alert = session.get(Alert, alert_id)
     if alert is None:
         raise NotFoundError(f"no alert {alert_id}")
-    return _alert_rows(session, [alert])[0]
-
-
-def set_alert_state(session: Session, alert_id: int, state: AlertState, *, now: datetime) -> AlertRow:
-    """Acknowledge (open → acknowledged) or resolve (open/acknowledged → resolved) an alert by hand.
-
-    Asking for the state it is in is a no-op; acknowledging a resolved alert is an :class:`AlertStateError`.
-    Flushes, never commits. Resolving by hand sends no message (the analysis worker's automatic resolution does).
-    """
-    alert = session.scalars(select(Alert).where(Alert.id == alert_id).with_for_update()).one_or_none()
-    if alert is None:
-        raise NotFoundError(f"no alert {alert_id}")
-    if alert.state is not state:
-        if state is AlertState.acknowledged:
-            if alert.state is not AlertState.open:
-                raise AlertStateError(f"alert {alert_id} is {alert.state.value}: only an open alert can be acknowledged")
-            alert.acknowledged_at = now
-        elif state is AlertState.resolved:
-            alert.resolved_at = now
-        else:
-            raise AlertStateError(f"alert {alert_id} cannot be reopened by hand")
-        alert.state = state
-        session.flush()
-    return _alert_rows(session, [alert])[0]
+    return alert_rows(session, [alert])[0]
 
 
 def alerts_by_state(session: Session) -> dict[tuple[AlertKind, AlertState], int]:

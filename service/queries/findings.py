@@ -1,8 +1,7 @@
-"""The known findings of each target in the database: listed, added, edited, removed, seeded; and matched
-against the failures the readers show (timeline, run, case, alerts).
+"""The known findings of each target in the database, read: listed, one by key, and matched against the failures the
+readers show (timeline, run, case, alerts). Added, edited, removed and seeded in :mod:`service.findings`.
 
-Writes flush, never commit (the API request or the CLI command commits). Matching follows
-:mod:`specwatch.findings`; what the database adds is the commit range, resolved to branch positions here.
+Matching follows :mod:`specwatch.findings`; what the database adds is the commit range, resolved to branch positions here.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from sqlalchemy.orm import Session
 from service.models import Alert, Commit, FindingState, KnownFinding, Run, Target
 from service.queries.common import NotFoundError, get_target
 from service.releases import release_version
-from specwatch.findings import Finding, FindingExistsError, edited, first_match, make_finding, shipped_findings
+from specwatch.findings import Finding, first_match
 
 
 @dataclass(frozen=True)
@@ -52,14 +51,7 @@ class FindingLink:
     fixed_in: str | None = None
 
 
-@dataclass(frozen=True)
-class Seeded:
-    target: str
-    added: tuple[str, ...]
-    kept: tuple[str, ...]
-
-
-def _finding(row: KnownFinding) -> Finding:
+def finding_of(row: KnownFinding) -> Finding:
     return Finding(
         key=row.key,
         title=row.title,
@@ -74,7 +66,7 @@ def _finding(row: KnownFinding) -> Finding:
     )
 
 
-def _row(target: str, row: KnownFinding, session: Session | None = None) -> FindingRow:
+def finding_row(target: str, row: KnownFinding, session: Session | None = None) -> FindingRow:
     fixed_commit = None
     if session is not None and row.fixed_commit_id is not None:
         fixed_commit = session.scalar(select(Commit.sha).where(Commit.id == row.fixed_commit_id))
@@ -97,82 +89,23 @@ def _row(target: str, row: KnownFinding, session: Session | None = None) -> Find
     )
 
 
-def _stored(session: Session, target: Target, key: str) -> KnownFinding:
+def stored_finding(session: Session, target: Target, key: str) -> KnownFinding:
     row = session.scalar(select(KnownFinding).where(KnownFinding.target_id == target.id, KnownFinding.key == key))
     if row is None:
         raise NotFoundError(f"target {target.name!r} has no known finding {key!r}")
     return row
 
 
-def _assign(row: KnownFinding, finding: Finding) -> None:
-    for name, value in finding.as_dict().items():  # distributions: a list, as the JSON column stores it
-        setattr(row, name, FindingState(value) if name == "state" else value)
-
-
 def list_findings(session: Session, target_name: str) -> list[FindingRow]:
     """A target's known findings, by key."""
     target = get_target(session, target_name)
     rows = session.scalars(select(KnownFinding).where(KnownFinding.target_id == target.id).order_by(KnownFinding.key))
-    return [_row(target.name, row, session) for row in rows]
+    return [finding_row(target.name, row, session) for row in rows]
 
 
 def get_finding(session: Session, target_name: str, key: str) -> FindingRow:
     target = get_target(session, target_name)
-    return _row(target.name, _stored(session, target, key), session)
-
-
-def _insert(session: Session, target: Target, finding: Finding) -> KnownFinding:
-    row = KnownFinding(target_id=target.id)
-    _assign(row, finding)
-    session.add(row)
-    session.flush()
-    return row
-
-
-def add_finding(session: Session, target_name: str, fields: dict[str, Any]) -> FindingRow:
-    """Validate and store a new finding; :class:`FindingExistsError` when the key is taken (flushed, not committed)."""
-    target = get_target(session, target_name)
-    finding = make_finding(fields)
-    exists = session.scalar(select(KnownFinding.id).where(KnownFinding.target_id == target.id, KnownFinding.key == finding.key))
-    if exists is not None:
-        raise FindingExistsError(f"target {target.name!r} has a known finding {finding.key!r} already (edit it instead)")
-    return _row(target.name, _insert(session, target, finding))
-
-
-def edit_finding(session: Session, target_name: str, key: str, changes: dict[str, Any], *, now: datetime) -> FindingRow:
-    """Apply ``changes`` (``None`` clears an optional field) and validate the result (flushed, not committed)."""
-    target = get_target(session, target_name)
-    row = _stored(session, target, key)
-    _assign(row, edited(_finding(row), changes))
-    if row.state is FindingState.open:  # set open again: the fix the monitor saw no longer stands
-        row.fixed_commit_id = None
-    row.updated_at = now
-    session.flush()
-    return _row(target.name, row, session)
-
-
-def remove_finding(session: Session, target_name: str, key: str) -> None:
-    target = get_target(session, target_name)
-    session.delete(_stored(session, target, key))
-    session.flush()
-
-
-def seed_findings(session: Session, target: Target) -> Seeded:
-    """Add the findings shipped for the target's adapter whose keys it lacks; a finding it has (perhaps edited)
-    is kept as it is. Idempotent: seeding again adds nothing (flushed, not committed)."""
-    have = set(session.scalars(select(KnownFinding.key).where(KnownFinding.target_id == target.id)))
-    added, kept = [], []
-    for finding in shipped_findings(target.adapter):
-        if finding.key in have:
-            kept.append(finding.key)
-            continue
-        _insert(session, target, finding)
-        added.append(finding.key)
-    return Seeded(target=target.name, added=tuple(added), kept=tuple(kept))
-
-
-def seed_target_findings(session: Session, target_name: str) -> Seeded:
-    return seed_findings(session, get_target(session, target_name))
+    return finding_row(target.name, stored_finding(session, target, key), session)
 
 
 def commit_version(sha: str, library_version: str | None) -> str | None:
@@ -290,7 +223,7 @@ def finding_matcher(session: Session, target_id: int) -> FindingMatcher:
         fixed = session.get(Commit, row.fixed_commit_id) if row.fixed_commit_id is not None else None
         if fixed is not None and fixed.branch_order is not None:
             fixed_at[row.key] = (fixed.branch, fixed.branch_order)
-    return FindingMatcher([_finding(row) for row in rows], ranges, fixed_at)
+    return FindingMatcher([finding_of(row) for row in rows], ranges, fixed_at)
 
 
 def alert_findings(session: Session, alert: Alert, matcher: FindingMatcher | None = None) -> dict[str, FindingLink]:

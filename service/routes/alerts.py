@@ -9,10 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlalchemy.orm import Session
 
+from service.alerts import AlertStateError, set_alert_state
 from service.auth import ReadAuth, WriteAuth
 from service.deps import DbId, SessionDep
 from service.models import AlertKind, AlertState
-from service.queries import MAX_PAGE, AlertRow, AlertStateError, NotFoundError, QueryError, get_alert, list_alerts, set_alert_state
+from service.queries import MAX_PAGE, AlertRow, NotFoundError, QueryError, get_alert, list_alerts
 from service.routes.common import READ_ERRORS, http_error
 
 router = APIRouter(tags=["alerts"], responses=READ_ERRORS)

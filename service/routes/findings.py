@@ -15,18 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.auth import ReadAuth, WriteAuth
 from service.deps import SessionDep
+from service.findings import Seeded, add_finding, edit_finding, remove_finding, seed_target_findings
 from service.models import FindingState
-from service.queries import (
-    FindingRow,
-    NotFoundError,
-    Seeded,
-    add_finding,
-    edit_finding,
-    get_finding,
-    list_findings,
-    remove_finding,
-    seed_target_findings,
-)
+from service.queries import FindingRow, NotFoundError, get_finding, list_findings
 from specwatch.findings import FindingError, FindingExistsError
 
 _ERRORS: dict[int | str, dict[str, str]] = {

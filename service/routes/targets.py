@@ -17,17 +17,9 @@ from service.auth import ReadAuth, WriteAuth
 from service.deps import SessionDep, SettingsDep
 from service.models import CommitPolicy, InstallMode, Target
 from service.queries.health import TargetHealth, targets_health
-from service.targets import (
-    RepoPolicy,
-    TargetError,
-    TargetExistsError,
-    TargetNotFoundError,
-    add_target,
-    list_targets,
-    make_spec,
-    remove_target,
-    update_target,
-)
+from service.repositories import RepoPolicy
+from service.target_errors import TargetError, TargetExistsError, TargetNotFoundError
+from service.targets import add_target, list_targets, make_spec, remove_target, update_target
 
 router = APIRouter(tags=["targets"])
 

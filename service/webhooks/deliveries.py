@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from service.db import insert_ignoring_conflicts
 from service.ingest import NewCommit, Recorded, RunOptions, lock_targets, record_and_queue
 from service.models import Delivery, DeliveryStatus, InstallMode, Target
-from service.targets import repo_key
+from service.repositories import repo_key
 from service.textlimits import cut
 from service.webhooks.payload import ZERO_SHA, PushCommit, PushEvent, parse_push
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from service.logsafe import loggable
-from service.targets import is_ref_name, repo_key
+from service.repositories import is_ref_name, repo_key
 from service.textlimits import cut
 
 ZERO_SHA = frozenset({"0" * 40, "0" * 64})

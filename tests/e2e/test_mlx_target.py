@@ -17,7 +17,7 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 
 pytestmark = [pytest.mark.mlx, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -38,11 +38,11 @@ def _run(target, *patterns: str):
 def test_the_identity_names_the_release_mlx_and_its_device(target):
     from importlib import metadata
 
-    assert target.library["distribution"] == "mlx-lm"
-    assert target.library["version"] == metadata.version("mlx-lm")
-    assert target.library["mlx"] == metadata.version("mlx")
+    assert target.library.distribution == "mlx-lm"
+    assert target.library.version == metadata.version("mlx-lm")
+    assert target.library.details["mlx"] == metadata.version("mlx")
     if platform.system() == "Linux":
-        assert target.library["mlx_device"] == "Device(cpu, 0)"
+        assert target.library.details["mlx_device"] == "Device(cpu, 0)"
     assert {c.id for c in target.cases if c.skip_reason is not None} == set()
 
 

@@ -13,8 +13,8 @@ from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
+from service.findings import add_finding
 from service.models import Run
-from service.queries import add_finding
 from service.settings import Settings
 from tests.support.history import FAILING_CASE, TARGET, Seeded, seed_history
 

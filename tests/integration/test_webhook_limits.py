@@ -23,8 +23,9 @@ from service.app import create_app
 from service.db import session_scope
 from service.ingest import AUTHOR_MAX, COMMIT_MESSAGE_MAX
 from service.models import Commit, Delivery
+from service.repositories import RepoPolicy
 from service.settings import Settings
-from service.targets import RepoPolicy, add_target, make_spec
+from service.targets import add_target, make_spec
 from service.textlimits import CUT_MARKER
 from service.webhooks.deliveries import REASON_MAX, ZEN_MAX
 from tests.support.pushes import REPO_URL, push_payload, signed

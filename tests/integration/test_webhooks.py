@@ -40,8 +40,9 @@ from service.models import (
     RunStatus,
 )
 from service.queue import RUN_SUITE_TASK, SUITE_QUEUE, CeleryProducer
+from service.repositories import RepoPolicy
 from service.settings import Settings
-from service.targets import RepoPolicy, add_target, make_spec
+from service.targets import add_target, make_spec
 from service.webhooks import Outcome, RunOptions, ingest, signature
 from tests.support.private_servers import wait_for
 from tests.support.redis_databases import redis_url

@@ -15,9 +15,11 @@ from enum import StrEnum
 
 from service.models import AlertKind
 from service.models.entries import RAISED
+from specwatch.protocol import Layer
 
-#: The layers a case can fail in (an alert entry's reason), beside ``RAISED``: the target itself raised.
-LOSSLESS, CONFORMANCE = "lossless", "conformance"
+#: The layers a case can fail in (an alert entry's reason: the suite's :class:`~specwatch.protocol.Layer`), beside
+#: ``RAISED``: the target itself raised.
+LOSSLESS, CONFORMANCE = Layer.LOSSLESS, Layer.CONFORMANCE
 #: What confirmed a certain violation whose counterexample came back with the first run's inputs.
 REPLAYED = "counterexample replayed"
 

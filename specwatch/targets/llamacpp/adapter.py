@@ -17,25 +17,22 @@ import importlib
 import inspect
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
 from specwatch.cases import Case
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
-from specwatch.targets import TargetError
-from specwatch.targets.llamacpp.build import DISTRIBUTION, TOOLS, build_info
-from specwatch.targets.llamacpp.checkout import SOURCE_DISTRIBUTION
-
-
-class AdapterError(TargetError):
-    """llama-cpp-python cannot be loaded or lacks what the suite needs."""
+from specwatch.protocol import LibraryIdentity
+from specwatch.sampling import Sampler
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
+from specwatch.targets.llamacpp import DISTRIBUTION, SOURCE_DISTRIBUTION
+from specwatch.targets.llamacpp.build import TOOLS, build_info, tool_path
+from specwatch.targets.llamacpp.e2e import e2e_cases
 
 
 @dataclass
-class LlamaCppAdapter:
+class LlamaCppAdapter(Adapter):
     #: ``llama_cpp``; None for a llama.cpp checkout's build (``--source``: the tools only).
     module: ModuleType | None
     version: str
@@ -61,19 +58,13 @@ class LlamaCppAdapter:
             features[tool] = tool_path(info, tool) is not None
         return cls(llama_cpp, str(getattr(llama_cpp, "__version__", "unknown")), info, features)
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: the distribution, its version, the llama.cpp commit it vendors and where it is."""
         source = self.module is None and self.info is not None
-        out = {
-            "name": "llamacpp",
-            "distribution": SOURCE_DISTRIBUTION if source else DISTRIBUTION,
-            "version": self.version,
-            "path": str((self.info or {}).get("source", "")) if source else str(getattr(self.module, "__file__", "") or ""),
-            "torch": torch.__version__,
-        }
-        if self.info is not None and self.info.get("llama_cpp_commit"):
-            out["git_sha"] = str(self.info["llama_cpp_commit"])
-            out["llama_cpp_commit"] = str(self.info["llama_cpp_commit"])
+        out: dict[str, str] = {"torch": str(torch.__version__)}
+        commit = str(self.info["llama_cpp_commit"]) if self.info is not None and self.info.get("llama_cpp_commit") else None
+        if commit:
+            out["llama_cpp_commit"] = commit
         if self.info is not None:
             out["build_seconds"] = str(self.info.get("build_seconds"))
             options = [str(o) for o in self.info.get("cmake_options", [])]
@@ -82,35 +73,20 @@ class LlamaCppAdapter:
             out["cuda"] = "on" if "-DGGML_CUDA=ON" in options else "off"
             if source:
                 out["dirty"] = str(bool(self.info.get("dirty"))).lower()
-        return out
+        return LibraryIdentity(
+            name="llamacpp",
+            distribution=SOURCE_DISTRIBUTION if source else DISTRIBUTION,
+            version=self.version,
+            path=str((self.info or {}).get("source", "")) if source else str(getattr(self.module, "__file__", "") or ""),
+            git_sha=commit,
+            details=out,
+        )
 
     def sampler(self) -> Sampler:
-        def none(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-            raise AdapterError("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")
-
-        return none
+        return refusing_sampler("llama.cpp has no rejection-sampling function to call on a fixture: its cases are end to end")
 
     def cases(self) -> tuple[Case, ...]:
-        from specwatch.targets.llamacpp.e2e import e2e_cases  # noqa: PLC0415 - the models need transformers and gguf
-
         return e2e_cases(self)
-
-
-def tool_path(info: dict[str, Any] | None, tool: str) -> Path | None:
-    """The built tool's path, or None (not built by the suite, or it did not build)."""
-    entry = (info or {}).get("tools", {}).get(tool, {})
-    path = entry.get("path") if isinstance(entry, dict) else None
-    return Path(path) if path and Path(path).exists() else None
-
-
-def tool_missing(info: dict[str, Any] | None, tool: str) -> str:
-    """Why ``tool`` is not available, in words."""
-    if info is None:
-        return f"{tool} is built by the suite with the release (--pip llama-cpp-python==X); this llama-cpp-python was installed otherwise"
-    entry = info.get("tools", {}).get(tool)
-    if isinstance(entry, dict) and entry.get("error"):
-        return f"{tool} {entry['error']}"
-    return f"{tool} was not built with this release (build log: {info.get('build_log')})"
 
 
 def _has(name: str, attr: str) -> bool:

@@ -1,14 +1,15 @@
 """A llama-cpp-python release built once per version into the suite's cache: its library and the llama.cpp tools.
 
 ``--pip llama-cpp-python==X`` (and ``python -m specwatch.targets.install``) land here from
-:func:`specwatch.targets.install.pip_install`. The release is a source distribution that vendors the llama.cpp
-tree; it is downloaded once and the vendored tree is compiled once with CMake (a CPU build here: the machine's
-own instruction set; ``GGML_CUDA`` where the worker has CUDA) into shared libraries (``libllama``, ``libggml*``)
-and the tools the end-to-end cases drive (:data:`TOOLS`). The Python package is then installed from the same
-source distribution with its own library build switched off (``-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF``): it loads
-the libraries built here (``LLAMA_CPP_LIB_PATH``), so llama.cpp is compiled once, not twice, for the package and
-the tools. The build's identity (:data:`BUILD_INFO` in the package folder) records the llama.cpp commit the
-release vendors (from its changelog), the CMake options, the build time and the build log's path.
+:func:`specwatch.targets.install.pip_install` (the distribution's ``build``, :mod:`specwatch.targets.llamacpp`). The
+release is a source distribution that vendors the llama.cpp tree; it is downloaded once and the vendored tree is
+compiled once with CMake (a CPU build here: the machine's own instruction set; ``GGML_CUDA`` where the worker has
+CUDA) into shared libraries (``libllama``, ``libggml*``) and the tools the end-to-end cases drive (:data:`TOOLS`).
+The Python package is then installed from the same source distribution with its own library build switched off
+(``-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF``): it loads the libraries built here (``LLAMA_CPP_LIB_PATH``), so llama.cpp
+is compiled once, not twice, for the package and the tools. The build's identity (:data:`BUILD_INFO` in the package
+folder) records the llama.cpp commit the release vendors (from its changelog), the CMake options, the build time and
+the build log's path.
 
 Layout: ``<cache>/llamacpp/X/`` holds the distribution and its extracted tree, ``build/`` (CMake's,
 libraries and tools in ``build/bin``), ``build.log`` and ``python/`` (the folder put first on ``PYTHONPATH``).
@@ -27,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specwatch.sandbox import BUILT_RELEASES
 from specwatch.targets import TargetError
+from specwatch.targets.install_errors import InstallError, install_failure
+from specwatch.targets.llamacpp import CACHE_FOLDER, DISTRIBUTION
 
-DISTRIBUTION = "llama-cpp-python"
 #: The build's identity, in the package folder: what the adapter reads.
 BUILD_INFO = "specwatch-llamacpp-build.json"
 #: The llama.cpp tools built beside the library (CMake targets), for the end-to-end cases.
@@ -60,7 +61,7 @@ def is_llamacpp(requirement: str) -> bool:
 
 def release_root(version: str, cache: Path) -> Path:
     """The release's folder in the cache: the one entry its sandboxed build may write (:func:`release_entries`)."""
-    return cache / BUILT_RELEASES[DISTRIBUTION] / version
+    return cache / CACHE_FOLDER / version
 
 
 def release_built(requirement: str, cache: Path) -> bool:
@@ -72,12 +73,10 @@ def release_built(requirement: str, cache: Path) -> bool:
 def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
     """Build ``llama-cpp-python==X`` (once; resumed where an earlier build stopped) and return its package folder.
 
-    Raises :class:`~specwatch.targets.install.InstallError` when the distribution cannot be downloaded or the
+    Raises :class:`~specwatch.targets.install_errors.InstallError` when the distribution cannot be downloaded or the
     library does not build (the build log's tail in the message). A tool that does not build is recorded in the
     identity (its cases then say so), not an install failure.
     """
-    from specwatch.targets.install import install_failure  # noqa: PLC0415 - install imports this module
-
     found = re.fullmatch(r"\s*[A-Za-z0-9_.\-]+==([0-9][A-Za-z0-9_.+\-]*)\s*", requirement)
     if found is None:
         raise TargetError(f"--pip {requirement}: a llama-cpp-python release is named by its exact version (llama-cpp-python==X)")
@@ -130,8 +129,6 @@ def build_release(requirement: str, cache: Path, *, log: bool = True) -> Path:
 
 
 def _download(requirement: str, root: Path) -> Path:
-    from specwatch.targets.install import install_failure  # noqa: PLC0415
-
     existing = sorted(root.glob("*.tar.gz"))
     if existing:
         return existing[0]
@@ -158,10 +155,8 @@ def cmake_build(
     tree: Path, build: Path, log_path: Path, requirement: str, tools: tuple[str, ...] = TOOLS
 ) -> tuple[list[str], dict[str, Any]]:
     """Configure and build the library and ``tools``; returns the CMake options and each tool's path, or why it did
-    not build. Raises :class:`~specwatch.targets.install.InstallError` (``requirement`` names what was built) when
+    not build. Raises :class:`~specwatch.targets.install_errors.InstallError` (``requirement`` names what was built) when
     a build command is missing or the library does not build."""
-    from specwatch.targets.install import InstallError  # noqa: PLC0415
-
     missing = missing_build_commands()
     if missing:
         raise InstallError(requirement, "pip", f"building llama.cpp needs {', '.join(missing)}: not found on PATH", wanted=requirement)
@@ -223,3 +218,20 @@ def build_info(paths: list[str] | None = None) -> dict[str, Any] | None:
             info: dict[str, Any] = json.loads(candidate.read_text())
             return info
     return None
+
+
+def tool_path(info: dict[str, Any] | None, tool: str) -> Path | None:
+    """The built tool's path, or None (not built by the suite, or it did not build)."""
+    entry = (info or {}).get("tools", {}).get(tool, {})
+    path = entry.get("path") if isinstance(entry, dict) else None
+    return Path(path) if path and Path(path).exists() else None
+
+
+def tool_missing(info: dict[str, Any] | None, tool: str) -> str:
+    """Why ``tool`` is not available, in words."""
+    if info is None:
+        return f"{tool} is built by the suite with the release (--pip llama-cpp-python==X); this llama-cpp-python was installed otherwise"
+    entry = info.get("tools", {}).get(tool)
+    if isinstance(entry, dict) and entry.get("error"):
+        return f"{tool} {entry['error']}"
+    return f"{tool} was not built with this release (build log: {info.get('build_log')})"

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 from specwatch.targets import TargetError
+from specwatch.targets.install_errors import InstallError
+from specwatch.targets.llamacpp import CACHE_FOLDER, SOURCE_DISTRIBUTION
 from specwatch.targets.llamacpp.build import BUILD_INFO, TOOLS, cmake_build
 
-#: The distribution a checkout's build identity names (a release's: llama-cpp-python).
-SOURCE_DISTRIBUTION = "llama.cpp"
 #: Files every llama.cpp checkout has at its top.
 MARKERS = ("CMakeLists.txt", "include/llama.h")
 
@@ -34,14 +34,12 @@ def is_llamacpp_checkout(path: Path) -> bool:
 def checkout_root(checkout: Path, cache: Path) -> Path:
     """The checkout's build folder in the cache (one per resolved path)."""
     key = hashlib.sha256(str(checkout.resolve()).encode()).hexdigest()[:16]
-    return cache / "llamacpp" / "source" / key
+    return cache / CACHE_FOLDER / "source" / key
 
 
 def build_checkout(checkout: Path, cache: Path, *, tools: tuple[str, ...] = TOOLS, log: bool = True) -> Path:
     """Build the checkout's library and ``tools`` (incrementally where built before) and return the folder holding
     its build identity. :class:`~specwatch.targets.TargetError` when it does not build: the checkout is broken."""
-    from specwatch.targets.install import InstallError  # noqa: PLC0415 - install imports this module
-
     checkout = checkout.resolve()
     if not is_llamacpp_checkout(checkout):
         raise TargetError(f"--source {checkout}: not a llama.cpp checkout (no {' or '.join(MARKERS)})")

@@ -1,223 +1,28 @@
 """End-to-end cases of the llama.cpp target: its speculative paths against exact laws of the tiny GGUF models.
 
-Each trial generates ``HORIZON`` tokens from ``PROMPT`` with its own seed (drawn from the case's generator). Checks:
-``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against its exact conditional law from one
-float64 forward over prompt + output (:mod:`specwatch.conditional`; rows within float32 noise of a processing
-boundary are left out), which size the run (``HORIZON`` observations a trial: 281 trials at TV 0.1), and
-``lossless/first3``, the joint law of the first ``LENGTH`` tokens under llama.cpp's chain (:mod:`.chain`), which
-rides along without sizing it, as in the transformers target: its 343 to 512 cells would need 9 233 to 10 877 trials
-at TV 0.1 (on 2 shared cores a ``Llama.generate`` trial with its checks takes 1 to 25 ms, with prompt lookup 0.1 to
-1 s, and a ``llama-speculative`` process 0.15 s and more: 23 minutes a case). Greedy cases (temperature 0) compare
-the speculative output with plain greedy decoding of the float64 reference, leaving out prompts whose top-2 gap is
-within float noise. Coverage: drafts and accepted drafts per verification round where
-the path shows them (prompt lookup: recorded by wrapping the drafter; llama-speculative: reconstructed from its
-deterministic drafts), rounds per trial, in the sampling and the greedy cases.
+Per path and chain (processing off and on) a sampling case, a greedy case per speculative path, and the forward of
+the target GGUF against its float64 reference (the experiments: :mod:`.experiments`); the server's cases
+(:mod:`.server_cases`) join them. A path this build lacks (no llama-cpp-python, no prompt lookup, a tool that did not
+build) is skipped with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-import torch
-
 from specwatch.cases import Case
-from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null
-from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation, Violation
-from specwatch.protocol import Layer
-from specwatch.sampling import TargetRaised
-from specwatch.targets.llamacpp.chain import ChainFixtureError, LlamaChain
-from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, VOCAB, conditional_logits, next_token_logits, tokens_of
-from specwatch.targets.llamacpp.paths import (
-    GAMMA,
-    IGNORE_EOS,
-    PathError,
-    PythonGenerate,
-    SpeculativeTool,
-    Trial,
-    forward_difference,
-    greedy_reference,
-)
+from specwatch.targets.base import ForwardExperiment
+from specwatch.targets.llamacpp.build import tool_missing, tool_path
+from specwatch.targets.llamacpp.chain import LlamaChain
+from specwatch.targets.llamacpp.experiments import HORIZON, LENGTH, GenerateExperiment, GreedyExperiment
+from specwatch.targets.llamacpp.models import FORWARD_TOLERANCE, VOCAB
+from specwatch.targets.llamacpp.paths import GAMMA, IGNORE_EOS, PythonGenerate, SpeculativeTool, forward_difference
 from specwatch.targets.llamacpp.server_cases import server_cases
 
-LENGTH = 3
-HORIZON = 12
-#: Repeats an n-gram so that prompt lookup proposes drafts from the first step on.
-PROMPT: tuple[int, ...] = tuple(tokens_of("abcabcab"))
-#: The least trials of a case whose checks see ``HORIZON`` tokens a trial (the conditional design needs 281 at TV 0.1),
-#: not the runner's default floor of one first batch (1 024).
-MIN_TRIALS = 256
 #: Each cut removes at least 1 % of the mass at every position of the joint law, with EOS banned or not (checked
 #: when the law is built: ChainFixtureError); no enumerated row lies within float noise of a boundary.
 PROCESSING_ON = {"temperature": 0.8, "top_k": 5, "top_p": 0.92, "min_p": 0.15}
 PROCESSING_DESCRIPTION = "T 0.8, top-k 5, top-p 0.92, min-p 0.15"
-
-
-class Runs(Protocol):
-    def run(self, prompt: Sequence[int], chain: LlamaChain | None, horizon: int, seeds: Sequence[int]) -> list[Trial]: ...
-
-
-class GenerateExperiment:
-    """Trials of one path at one chain: every token's conditional law (designed) and the joint law of the first
-    tokens (riding along). ``process_per_trial``: a tool run per trial: a short fingerprint probe. At least
-    :data:`MIN_TRIALS` trials."""
-
-    min_trials = MIN_TRIALS
-
-    def __init__(
-        self,
-        path: Runs,
-        chain: LlamaChain,
-        *,
-        speculative: bool,
-        horizon: int = HORIZON,
-        process_per_trial: bool = False,
-    ) -> None:
-        self.path, self.chain, self.horizon = path, chain, horizon
-        self.probe_trials = 16 if process_per_trial else 64
-        try:
-            self.law = chain.fixture_law(lambda prefix: next_token_logits(PROMPT, prefix), LENGTH, VOCAB)
-        except ChainFixtureError as exc:
-            raise PathError(str(exc)) from exc
-        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
-        self._checks = (
-            CheckSpec(f"lossless/first{LENGTH}", Layer.LOSSLESS, self.law, 1.0, designed=False),
-            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(horizon)) for o in TokenOrder),
-        )
-
-    @property
-    def checks(self) -> Sequence[CheckSpec]:
-        return self._checks
-
-    @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
-    def accepted_per_trial_max(self) -> None:
-        return None
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
-
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
-        try:
-            trials = self.path.run(PROMPT, self.chain, self.horizon, seeds)
-        except PathError:
-            raise
-        except Exception as exc:  # the library raised on a valid request: a finding
-            raise TargetRaised(exc) from exc
-        counts = np.zeros(len(self.law), dtype=np.int64)
-        for trial in trials:
-            new = trial.tokens
-            if len(new) != self.horizon or any(not 0 <= t < VOCAB for t in new):
-                return Observation({}, (Violation(Layer.LOSSLESS, f"generated {new} for {self.horizon} tokens"),), 0, b"")
-            counts[sum(t * VOCAB ** (LENGTH - 1 - j) for j, t in enumerate(new[:LENGTH]))] += 1
-        generated = [t.tokens for t in trials]
-        logits = conditional_logits(PROMPT, generated)
-        pit = {o: np.zeros(PIT_BINS, dtype=np.int64) for o in TokenOrder}
-        violations: tuple[Violation, ...] = ()
-        for i, out in enumerate(generated):
-            rows = np.stack([self.chain.probs(row) for row in logits[i]])
-            keep = np.array([self.chain.margin(row) >= FLOAT32_MARGIN for row in logits[i]])
-            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
-            for o in TokenOrder:
-                pit[o] += batch.counts[o]
-            if batch.impossible is not None and not violations:
-                violations = (Violation(Layer.LOSSLESS, f"output {out}: {batch.impossible}"),)
-        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        coverage = coverage_of(trials) if self.coverage_design is not None else None
-        return Observation(found, violations, 0, counts.tobytes(), coverage)
-
-
-def coverage_of(trials: Sequence[Trial]) -> Coverage:
-    drafts: dict[int, int] = {}
-    accepted: dict[int, int] = {}
-    rounds: dict[int, int] = {}
-    full = partial = 0
-    for trial in trials:
-        if trial.rounds is None:
-            continue  # not observed (llama-speculative: reconstructed for the first trials of a batch only)
-        rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
-        for d, a in trial.rounds:
-            drafts[d] = drafts.get(d, 0) + 1
-            accepted[a] = accepted.get(a, 0) + 1
-            full += d >= 2 and a == d
-            partial += d >= 2 and 0 < a < d
-    return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
-
-
-class GreedyExperiment:
-    """Temperature 0: the path's output equals plain greedy decoding of the float64 reference on random prompts.
-    Coverage as in the sampling cases (a prompt without a repeated n-gram gives prompt lookup nothing to draft)."""
-
-    prompts = 48
-    probe_trials = 8
-    coverage_design = CoverageDesign(min_drafts=2, min_rounds=1)
-
-    def __init__(self, path: Runs, *, banned: Sequence[int] = (), horizon: int = 8) -> None:
-        self.path, self.banned, self.horizon = path, tuple(banned), horizon
-
-    checks: Sequence[CheckSpec] = ()
-    expected_acceptance = None
-    accepted_per_trial_max = None
-
-    @property
-    def fixed_trials(self) -> int:
-        return self.prompts
-
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        sample: list[int] = []
-        trials: list[Trial] = []
-        for _ in range(n):
-            length = int(torch.randint(3, 9, (1,), generator=generator))
-            prompt = torch.randint(0, VOCAB - 1, (length,), generator=generator).tolist()
-            expected, gap = greedy_reference(prompt, self.horizon, next_token_logits, banned=self.banned)
-            if gap < 1e-3:
-                continue  # float noise could flip an argmax: undecidable, left out
-            try:
-                trials += self.path.run(prompt, None, self.horizon, [0])
-            except PathError:
-                raise
-            except Exception as exc:
-                raise TargetRaised(exc) from exc
-            got = trials[-1].tokens
-            sample += got
-            if got != expected and not violations:
-                violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage_of(trials))
-
-
-class ForwardExperiment:
-    """llama.cpp's forward of the target GGUF against the float64 reference on random sequences (one a trial): a
-    difference above float32 noise (:data:`FORWARD_TOLERANCE`) means the laws would be computed from another function."""
-
-    trials = 8
-    probe_trials = 1
-    checks: Sequence[CheckSpec] = ()
-    expected_acceptance = None
-    accepted_per_trial_max = None
-
-    @property
-    def fixed_trials(self) -> int:
-        return self.trials
-
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        worst = 0.0
-        for _ in range(n):
-            tokens = torch.randint(0, VOCAB, (int(torch.randint(4, 40, (1,), generator=generator)),), generator=generator).tolist()
-            worst = max(worst, difference := forward_difference(tokens))
-            if difference > FORWARD_TOLERANCE and not violations:
-                violations.append(
-                    Violation(Layer.LOSSLESS, f"tokens {tokens}: llama.cpp's logits differ from the reference by {difference:.3g}")
-                )
-        return Observation({}, tuple(violations), 0, np.asarray([worst > FORWARD_TOLERANCE], dtype=np.int64).tobytes())
 
 
 class Installed(Protocol):
@@ -230,8 +35,6 @@ class Installed(Protocol):
 
 
 def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
-    from specwatch.targets.llamacpp.adapter import tool_missing, tool_path  # noqa: PLC0415 - the adapter imports this module
-
     speculative = tool_path(adapter.info, "llama-speculative")
     no_tool = None if speculative is not None else tool_missing(adapter.info, "llama-speculative")
     no_python = None if adapter.module is not None else "no llama-cpp-python: a llama.cpp checkout (--source) builds the tools only"
@@ -282,7 +85,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     add(
         "e2e/forward/gguf_reference",
         f"llama.cpp's forward of the tiny target GGUF equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
-        lambda device: ForwardExperiment(),
+        lambda device: ForwardExperiment(forward_difference, vocab=VOCAB, tolerance=FORWARD_TOLERANCE, engine="llama.cpp"),
         no_python,
     )
     cases += server_cases(adapter)

@@ -13,7 +13,6 @@ llama.cpp computes the same function within float32 noise.
 from __future__ import annotations
 
 import atexit
-import copy
 import importlib
 import shutil
 import tempfile
@@ -26,18 +25,13 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from specwatch.targets import tiny
+from specwatch.targets.tiny import CONTEXT, HEAD_SCALE, RMS_EPS, ROPE_THETA, noisy_draft
+
 #: The characters of the vocabulary, in id order; ``EOS`` is the end-of-generation token llama.cpp knows.
 PIECES = ("a", "b", "c", "d", "e", "f", "g", "h")
 VOCAB = len(PIECES)
 EOS = VOCAB - 1
-HEAD_SCALE = 10.0
-#: The draft is the target with this much Gaussian noise (relative to the head's scale) added to its output head:
-#: close enough that drafts are often accepted, different enough that q differs from p on every row.
-DRAFT_NOISE = 0.5
-HIDDEN, HEADS, FFN = 64, 2, 128
-RMS_EPS = 1e-5
-ROPE_THETA = 10000.0
-CONTEXT = 256
 
 
 @dataclass(frozen=True)
@@ -64,11 +58,7 @@ def tiny_models() -> TinyModels:
         root = Path(tempfile.mkdtemp(prefix="specwatch-llamacpp-"))
         atexit.register(shutil.rmtree, root, True)
         target = tiny_llama(seed=1, layers=2)
-        draft = copy.deepcopy(target)
-        generator = torch.Generator().manual_seed(2)
-        with torch.no_grad():
-            head = draft.lm_head.weight
-            head.add_(torch.randn(head.shape, generator=generator) * DRAFT_NOISE * head.std())
+        draft = noisy_draft(target, seed=2)
         for name, model in (("target", target), ("draft", draft)):
             write_gguf(model, root / f"{name}.gguf", name=f"specwatch-tiny-{name}")
             _float64[name] = model.to(torch.float64).eval()
@@ -77,32 +67,8 @@ def tiny_models() -> TinyModels:
 
 
 def tiny_llama(*, seed: int, layers: int, vocab: int = VOCAB, scale: float = HEAD_SCALE) -> Any:
-    """A random transformers Llama (float32) with a peaked output head."""
-    transformers = importlib.import_module("transformers")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=CONTEXT,
-        rms_norm_eps=RMS_EPS,
-        rope_theta=ROPE_THETA,
-        bos_token_id=None,
-        eos_token_id=EOS,
-        pad_token_id=None,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(scale)
-        for layer in model.model.layers:  # random norms: a forward that ignored one would not match
-            layer.input_layernorm.weight.uniform_(0.5, 1.5)
-            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
-        model.model.norm.weight.uniform_(0.5, 1.5)
-    return model
+    """A random transformers Llama (float32) with a peaked output head (:func:`specwatch.targets.tiny.tiny_llama`)."""
+    return tiny.tiny_llama(seed=seed, vocab=vocab, eos=EOS, layers=layers, scale=scale)
 
 
 def tokenizer() -> Any:

@@ -6,7 +6,7 @@ should be lossless and a seeded speculative request should reproduce the non-spe
 Cases (:func:`server_cases`):
 
 - ``e2e/server_draft/*``, ``e2e/server_ngram/*``: the joint law of the first tokens and every token of a long horizon
-  against its conditional law (:class:`~specwatch.targets.llamacpp.e2e.GenerateExperiment` with a
+  against its conditional law (:class:`~specwatch.targets.llamacpp.experiments.GenerateExperiment` with a
   :class:`ServerGenerate` path), processing off and on, with coverage;
 - ``e2e/greedy/server_*``: temperature 0 equals plain greedy decoding of the float64 reference;
 - ``e2e/seeded/server_*``: per seed, the speculative server's tokens equal the non-speculative server's
@@ -31,10 +31,13 @@ import numpy as np
 import torch
 
 from specwatch.cases import Case
-from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
+from specwatch.experiments import CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
+from specwatch.targets.base import LibraryExperiment, trial_seeds
+from specwatch.targets.llamacpp.build import tool_missing, tool_path
 from specwatch.targets.llamacpp.chain import LlamaChain
+from specwatch.targets.llamacpp.experiments import PROMPT, GenerateExperiment, GreedyExperiment
 from specwatch.targets.llamacpp.paths import IGNORE_EOS, PathError, Trial
 from specwatch.targets.llamacpp.server import Completion, ServerConfig, shared_server
 
@@ -152,15 +155,12 @@ class ServerGenerate:
         ]
 
 
-class SeededEqualityExperiment:
+class SeededEqualityExperiment(LibraryExperiment):
     """Per seed, the speculative server's output equals the non-speculative server's with the same seed and
     settings (the shared path draws once per emitted token from the full chain): a difference is a violation of
     what the path promises (conformance; the law can hold without it)."""
 
     probe_trials = 8
-    checks: Sequence[CheckSpec] = ()
-    expected_acceptance = None
-    accepted_per_trial_max = None
 
     def __init__(self, speculative: ServerGenerate, plain: ServerGenerate, chain: LlamaChain, *, horizon: int = SERVER_HORIZON) -> None:
         self.speculative, self.plain, self.chain, self.horizon = speculative, plain, chain, horizon
@@ -170,9 +170,7 @@ class SeededEqualityExperiment:
         return SEEDED_TRIALS
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        from specwatch.targets.llamacpp.e2e import PROMPT  # noqa: PLC0415 - e2e adds these cases
-
-        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
+        seeds = trial_seeds(n, generator)
         try:
             fast = self.speculative.run(PROMPT, self.chain, self.horizon, seeds)
             slow = self.plain.run(PROMPT, self.chain, self.horizon, seeds)
@@ -198,9 +196,6 @@ class SeededEqualityExperiment:
 
 def server_cases(adapter: Any) -> list[Case]:
     """The server's cases (each skipped with the reason where the release has no ``llama-server``)."""
-    from specwatch.targets.llamacpp.adapter import tool_missing, tool_path  # noqa: PLC0415 - the adapter imports e2e
-    from specwatch.targets.llamacpp.e2e import GenerateExperiment  # noqa: PLC0415
-
     binary = tool_path(adapter.info, "llama-server")
     skip = None if binary is not None else tool_missing(adapter.info, "llama-server")
     path = Path(binary or "llama-server")
@@ -246,13 +241,11 @@ def server_cases(adapter: Any) -> list[Case]:
     return cases
 
 
-def greedy_experiment(path: ServerGenerate) -> Any:
+def greedy_experiment(path: ServerGenerate) -> GreedyExperiment:
     """The greedy case of ``path``. ngram-simple drafts nothing on a greedy output that settles into a loop of period
     1 or 2 (seen on about 1 prompt in 10): the most recent match of the n-gram is then too close to the end to leave
     ``size_n`` tokens to draft and llama.cpp does not look further back (``common_ngram_simple_draft``), so a call
     without a verification round is allowed there; the other coverage the design asks for is not."""
-    from specwatch.targets.llamacpp.e2e import GreedyExperiment  # noqa: PLC0415 - e2e adds these cases
-
     experiment = GreedyExperiment(path, banned=IGNORE_EOS, horizon=GREEDY_HORIZON)
     if path.config.spec == "ngram":
         experiment.coverage_design = CoverageDesign(min_drafts=2, min_rounds=0)

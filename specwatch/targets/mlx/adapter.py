@@ -1,7 +1,7 @@
 """MLX-LM as a target: what the installed release offers, found by looking.
 
 ``--pip mlx-lm==X`` installs the release with MLX's CPU backend (``mlx[cpu]``) on Linux
-(:data:`specwatch.targets.install.MACOS_ONLY`). MLX-LM exposes no rejection-sampling function to call on a fixture:
+(its registry entry, :data:`specwatch.targets.mlx.TARGET`). MLX-LM exposes no rejection-sampling function to call on a fixture:
 its draft model is verified by exact match inside ``speculative_generate_step``, so the target has end-to-end cases
 only (:mod:`.e2e`); the direct sampler refuses with the reason.
 """
@@ -16,18 +16,15 @@ from types import ModuleType
 import torch
 
 from specwatch.cases import Case
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
-from specwatch.targets import TargetError
+from specwatch.protocol import LibraryIdentity
+from specwatch.sampling import Sampler
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 
 DISTRIBUTION = "mlx-lm"
 
 
-class AdapterError(TargetError):
-    """mlx-lm (or MLX) cannot be loaded or lacks what the suite needs."""
-
-
 @dataclass
-class MlxAdapter:
+class MlxAdapter(Adapter):
     module: ModuleType
     version: str
     mlx_version: str
@@ -51,23 +48,18 @@ class MlxAdapter:
         version = str(getattr(mlx_lm, "__version__", None) or _version(DISTRIBUTION))
         return cls(mlx_lm, version, str(getattr(mx, "__version__", "unknown")), str(mx.default_device()), features)
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The release's identity: the distribution, its version, MLX's version and the device it computes on."""
-        return {
-            "name": "mlx",
-            "distribution": DISTRIBUTION,
-            "version": self.version,
-            "path": str(getattr(self.module, "__file__", "") or ""),
-            "mlx": self.mlx_version,
-            "mlx_device": self.device,
-            "torch": torch.__version__,
-        }
+        return LibraryIdentity(
+            name="mlx",
+            distribution=DISTRIBUTION,
+            version=self.version,
+            path=str(getattr(self.module, "__file__", "") or ""),
+            details={"mlx": self.mlx_version, "mlx_device": self.device, "torch": torch.__version__},
+        )
 
     def sampler(self) -> Sampler:
-        def none(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-            raise AdapterError("mlx-lm has no rejection-sampling function to call on a fixture: its cases are end to end")
-
-        return none
+        return refusing_sampler("mlx-lm has no rejection-sampling function to call on a fixture: its cases are end to end")
 
     def cases(self) -> tuple[Case, ...]:
         from specwatch.targets.mlx.e2e import e2e_cases  # noqa: PLC0415 - the tiny models need transformers

@@ -23,10 +23,20 @@ import numpy as np
 import torch
 
 from specwatch.cases import Case
-from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null
-from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation, Violation
+from specwatch.conditional import FLOAT32_MARGIN, TokenOrder
+from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
+from specwatch.targets.base import (
+    ForwardExperiment,
+    LibraryExperiment,
+    conditional_pit,
+    e2e_checks,
+    e2e_draws,
+    joint_cell,
+    pit_check,
+    rounds_coverage,
+)
 from specwatch.targets.mlx.law import LawFixtureError, MlxSampling
 from specwatch.targets.mlx.models import FORWARD_TOLERANCE, VOCAB, conditional_logits, forward_difference, next_token_logits, tokens_of
 from specwatch.targets.mlx.paths import PathError, StreamGenerate, Trial
@@ -89,7 +99,7 @@ class Runs(Protocol):
     ) -> list[Trial]: ...
 
 
-class GenerateExperiment:
+class GenerateExperiment(LibraryExperiment):
     """Trials of one path at one setting: every token's conditional law (designed) and the joint law of the first
     tokens (riding along). At least :data:`MIN_TRIALS` trials."""
 
@@ -103,30 +113,14 @@ class GenerateExperiment:
         except LawFixtureError as exc:
             raise PathError(str(exc)) from exc
         self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
-        self._checks = (
-            CheckSpec(f"lossless/first{LENGTH}", Layer.LOSSLESS, self.law, 1.0, designed=False),
-            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(horizon)) for o in TokenOrder),
-        )
+        self._checks = e2e_checks(self.law, length=LENGTH, horizon=horizon, designed="pit")
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
         return self._checks
 
-    @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
-    def accepted_per_trial_max(self) -> None:
-        return None
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
-
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        seeds, pit_w = e2e_draws(n, self.horizon, generator)
         try:
             trials = self.path.run(self.prompt, self.sampling, self.horizon, seeds)
         except PathError:
@@ -138,38 +132,29 @@ class GenerateExperiment:
             new = trial.tokens
             if len(new) != self.horizon or any(not 0 <= t < VOCAB for t in new):
                 return Observation({}, (Violation(Layer.LOSSLESS, f"generated {new} for {self.horizon} tokens"),), 0, b"")
-            counts[sum(t * VOCAB ** (LENGTH - 1 - j) for j, t in enumerate(new[:LENGTH]))] += 1
+            counts[joint_cell(new, VOCAB, LENGTH)] += 1
         generated = [t.tokens for t in trials]
         logits = conditional_logits(self.prompt, generated)
-        pit = {o: np.zeros(PIT_BINS, dtype=np.int64) for o in TokenOrder}
-        violations: tuple[Violation, ...] = ()
-        for i, out in enumerate(generated):
-            histories = [(*self.prompt, *out[:t]) for t in range(self.horizon)]
-            rows = np.stack([self.sampling.probs(row, h) for row, h in zip(logits[i], histories, strict=True)])
-            keep = np.array([self.sampling.margin(row, h) >= FLOAT32_MARGIN for row, h in zip(logits[i], histories, strict=True)])
-            batch = conditional_batch(rows, np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
-            for o in TokenOrder:
-                pit[o] += batch.counts[o]
-            if batch.impossible is not None and not violations:
-                violations = (Violation(Layer.LOSSLESS, f"output {out}: {batch.impossible}"),)
-        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
-        coverage = coverage_of(trials) if self.coverage_design is not None else None
+        pit, violations = conditional_pit(
+            (
+                (
+                    out,
+                    np.stack([self.sampling.probs(row, h) for row, h in zip(logits[i], self._histories(out), strict=True)]),
+                    np.array(
+                        [self.sampling.margin(row, h) >= FLOAT32_MARGIN for row, h in zip(logits[i], self._histories(out), strict=True)]
+                    ),
+                )
+                for i, out in enumerate(generated)
+            ),
+            pit_w,
+        )
+        found = {self._checks[0].name: counts, **{pit_check(o): pit[o] for o in TokenOrder}}
+        coverage = rounds_coverage(trials) if self.coverage_design is not None else None
         return Observation(found, violations, 0, counts.tobytes(), coverage)
 
-
-def coverage_of(trials: Sequence[Trial]) -> Coverage:
-    drafts: dict[int, int] = {}
-    accepted: dict[int, int] = {}
-    rounds: dict[int, int] = {}
-    full = partial = 0
-    for trial in trials:
-        rounds[len(trial.rounds)] = rounds.get(len(trial.rounds), 0) + 1
-        for d, a in trial.rounds:
-            drafts[d] = drafts.get(d, 0) + 1
-            accepted[a] = accepted.get(a, 0) + 1
-            full += d >= 2 and a == d
-            partial += d >= 2 and 0 < a < d
-    return Coverage(dict(sorted(drafts.items())), dict(sorted(accepted.items())), dict(sorted(rounds.items())), full, partial)
+    def _histories(self, out: Sequence[int]) -> list[tuple[int, ...]]:
+        """What the processors have seen before each position of ``out``: the prompt and the tokens before it."""
+        return [(*self.prompt, *out[:t]) for t in range(self.horizon)]
 
 
 def greedy_reference(prompt: Sequence[int], horizon: int, processors: MlxSampling | None) -> tuple[list[int], float]:
@@ -185,15 +170,12 @@ def greedy_reference(prompt: Sequence[int], horizon: int, processors: MlxSamplin
     return out, float(gap)
 
 
-class GreedyExperiment:
+class GreedyExperiment(LibraryExperiment):
     """Temperature 0: the path's output equals greedy decoding of the float64 reference (with ``processors``'
     penalties, when given) on random prompts of 1 to 8 tokens."""
 
     prompts = 48
     probe_trials = 8
-    checks: Sequence[CheckSpec] = ()
-    expected_acceptance = None
-    accepted_per_trial_max = None
 
     def __init__(self, path: Runs, *, processors: MlxSampling | None = None, horizon: int = 8, speculative: bool = True) -> None:
         self.path, self.processors, self.horizon = path, processors, horizon
@@ -223,33 +205,8 @@ class GreedyExperiment:
             sample += got
             if got != expected and not violations:
                 violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        coverage = coverage_of(trials) if self.coverage_design is not None else None
+        coverage = rounds_coverage(trials) if self.coverage_design is not None else None
         return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)
-
-
-class ForwardExperiment:
-    """MLX's forward of the tiny target against the float64 reference on random sequences (one a trial): a difference
-    above float32 noise (:data:`FORWARD_TOLERANCE`) means the laws would be computed from another function."""
-
-    trials = 8
-    probe_trials = 1
-    checks: Sequence[CheckSpec] = ()
-    expected_acceptance = None
-    accepted_per_trial_max = None
-
-    @property
-    def fixed_trials(self) -> int:
-        return self.trials
-
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        worst = 0.0
-        for _ in range(n):
-            tokens = torch.randint(0, VOCAB, (int(torch.randint(4, 40, (1,), generator=generator)),), generator=generator).tolist()
-            worst = max(worst, difference := forward_difference(tokens))
-            if difference > FORWARD_TOLERANCE and not violations:
-                violations.append(Violation(Layer.LOSSLESS, f"tokens {tokens}: MLX's logits differ from the reference by {difference:.3g}"))
-        return Observation({}, tuple(violations), 0, np.asarray([worst > FORWARD_TOLERANCE], dtype=np.int64).tobytes())
 
 
 class Installed(Protocol):
@@ -311,6 +268,6 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     add(
         "e2e/forward/reference",
         f"MLX's forward of the tiny target equals the float64 reference within {FORWARD_TOLERANCE:g} (8 random sequences)",
-        lambda device: ForwardExperiment(),
+        lambda device: ForwardExperiment(forward_difference, vocab=VOCAB, tolerance=FORWARD_TOLERANCE, engine="MLX"),
     )
     return tuple(cases)

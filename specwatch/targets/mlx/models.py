@@ -20,15 +20,10 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from specwatch.targets.tiny import FFN, HEADS, HIDDEN, LAYERS, RMS_EPS, ROPE_THETA, noisy_draft, tiny_llama
+
 PIECES = ("a", "b", "c", "d", "e", "f", "g", "h")
 VOCAB = len(PIECES)
-HEAD_SCALE = 10.0
-#: The draft is the target with this much Gaussian noise (relative to the head's scale) added to its output head.
-DRAFT_NOISE = 0.5
-HIDDEN, HEADS, FFN, LAYERS = 64, 2, 128, 2
-RMS_EPS = 1e-5
-ROPE_THETA = 10000.0
-CONTEXT = 256
 #: Largest |MLX logit - float64 logit| accepted as float32 noise (about 2e-6 seen on random sequences of 40 tokens).
 FORWARD_TOLERANCE = 1e-4
 
@@ -40,44 +35,11 @@ _tokenizer: list[Any] = []
 def torch_models() -> dict[str, Any]:
     """The float32 transformers target and draft (built once per process, seeded)."""
     if not _torch_models:
-        target = tiny_llama(seed=1)
-        draft = copy.deepcopy(target)
-        generator = torch.Generator().manual_seed(2)
-        with torch.no_grad():
-            head = draft.lm_head.weight
-            head.add_(torch.randn(head.shape, generator=generator) * DRAFT_NOISE * head.std())
+        target = tiny_llama(seed=1, vocab=VOCAB, eos=None)
+        draft = noisy_draft(target, seed=2)
         _torch_models.update(target=target, draft=draft)
         _torch_models.update({f"{name}64": copy.deepcopy(m).to(torch.float64).eval() for name, m in (("target", target), ("draft", draft))})
     return _torch_models
-
-
-def tiny_llama(*, seed: int) -> Any:
-    """A random transformers Llama (float32) with a peaked output head and random norms."""
-    transformers = importlib.import_module("transformers")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=CONTEXT,
-        rms_norm_eps=RMS_EPS,
-        rope_theta=ROPE_THETA,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(HEAD_SCALE)
-        for layer in model.model.layers:  # random norms: a forward that ignored one would not match
-            layer.input_layernorm.weight.uniform_(0.5, 1.5)
-            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
-        model.model.norm.weight.uniform_(0.5, 1.5)
-    return model
 
 
 def mlx_model(name: str = "target") -> Any:

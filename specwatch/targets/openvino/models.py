@@ -13,7 +13,6 @@ otherwise run in bf16).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import json
@@ -30,17 +29,12 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from specwatch.targets.tiny import DRAFT_NOISE, FFN, HEAD_SCALE, HEADS, HIDDEN, LAYERS, noisy_draft, tiny_llama
+
 #: The characters of the vocabulary, in id order; ``EOS`` is the end token (never emitted by the fixtures' prompts).
 PIECES = ("a", "b", "c", "d", "e", "f", "g", "h")
 VOCAB = len(PIECES)
 EOS = VOCAB - 1
-HEAD_SCALE = 10.0
-#: The draft is the target with this much Gaussian noise (relative to the head's scale) added to its output head.
-DRAFT_NOISE = 0.5
-HIDDEN, HEADS, FFN, LAYERS = 64, 2, 128, 2
-RMS_EPS = 1e-5
-ROPE_THETA = 10000.0
-CONTEXT = 256
 #: Largest |IR logit - float64 logit| accepted as float32 noise.
 FORWARD_TOLERANCE = 1e-4
 #: The device configuration every pipeline and compiled model of the suite uses.
@@ -90,13 +84,8 @@ def cache_dir() -> Path:
 
 def models(family: Family = Family()) -> tuple[Any, Any]:
     """The float32 transformers target and draft of ``family`` (deterministic from its seeds)."""
-    target = tiny_llama(seed=family.seed)
-    draft = copy.deepcopy(target)
-    generator = torch.Generator().manual_seed(family.draft_seed)
-    with torch.no_grad():
-        head = draft.lm_head.weight
-        head.add_(torch.randn(head.shape, generator=generator) * DRAFT_NOISE * head.std())
-    return target, draft
+    target = tiny_llama(seed=family.seed, vocab=VOCAB, eos=EOS)
+    return target, noisy_draft(target, seed=family.draft_seed)
 
 
 def exported(family: Family = Family()) -> Exported:
@@ -129,35 +118,6 @@ def export(checkpoint: Path, out: Path) -> None:
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # noqa: S603
     if result.returncode != 0 or not (out / "openvino_model.xml").exists():
         raise RuntimeError(f"optimum-cli export openvino failed ({result.returncode}): {(result.stderr or result.stdout)[-2000:]}")
-
-
-def tiny_llama(*, seed: int) -> Any:
-    """A random transformers Llama (float32) with a peaked output head and random norms."""
-    transformers = importlib.import_module("transformers")
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=FFN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-        max_position_embeddings=CONTEXT,
-        rms_norm_eps=RMS_EPS,
-        rope_theta=ROPE_THETA,
-        bos_token_id=None,
-        eos_token_id=EOS,
-        pad_token_id=None,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(HEAD_SCALE)
-        for layer in model.model.layers:
-            layer.input_layernorm.weight.uniform_(0.5, 1.5)
-            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
-        model.model.norm.weight.uniform_(0.5, 1.5)
-    return model
 
 
 def tokenizer() -> Any:

@@ -27,9 +27,11 @@ from typing import Any
 import torch
 
 from specwatch.cases import LIBRARY_DIRECT_EPSILON, Case, library_epsilon
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
+from specwatch.protocol import LibraryIdentity
+from specwatch.sampling import Sampler
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.sglang import e2e
-from specwatch.targets.sglang.bindings import MODULE, AdapterError, chain_sampler, engine_thresholds
+from specwatch.targets.sglang.bindings import MODULE, chain_sampler, engine_thresholds
 from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases, dispatch_cases, tree_cases
 from specwatch.targets.sglang.dispatch import load_verify_uses_greedy
 from specwatch.targets.vllm import interpreter
@@ -71,7 +73,7 @@ TREE_UNREACHABLE = (
 
 
 @dataclass
-class SglangAdapter:
+class SglangAdapter(Adapter):
     """What the installed SGLang offers, found by looking, not by version tables."""
 
     version: str
@@ -114,28 +116,21 @@ class SglangAdapter:
             errors=errors,
         )
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: version, path, torch, the kernels that ran and the verification defaults."""
-        return {
-            "name": "sglang",
-            "distribution": "sglang",
-            "version": self.version,
-            "path": self.path,
+        details = {
             "torch": torch.__version__,
             "kernels": self.kernels,
             "tree_kernel": "tree_speculative_sampling_target_only (CUDA)" if self.tree_kernel is not None else "none (needs CUDA)",
             "thresholds": ", ".join(f"{k} {v}" for k, v in self.thresholds.items()),
             "verify_dispatch": self.greedy_source or self.errors.get("verify_dispatch", ""),
         }
+        return LibraryIdentity(name="sglang", distribution="sglang", version=self.version, path=self.path, details=details)
 
     def sampler(self) -> Sampler:
         kernel = self.chain_kernel
         if kernel is None:
-
-            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-                raise AdapterError(f"sglang {self.version} has no chain_speculative_sampling_triton")
-
-            return missing
+            return refusing_sampler(f"sglang {self.version} has no chain_speculative_sampling_triton")
         return chain_sampler(kernel)
 
     def cases(self) -> tuple[Case, ...]:

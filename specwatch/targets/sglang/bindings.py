@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from specwatch.sampling import Sampler, SpecOutput, SpecStep, sample_rows, uniforms
+from specwatch.targets.base import AdapterError, bind_keywords
 from specwatch.targets.sglang.tree import coins
 
 #: Where the kernels live (``verify_sampling`` resolves them per platform: the tree kernel is None without CUDA).
@@ -60,34 +61,12 @@ ENGINE_THRESHOLDS = {"speculative_accept_threshold_single": 1.0, "speculative_ac
 _BLOCK = "block_verification"
 
 
-class AdapterError(Exception):
-    """The installed SGLang cannot be adapted (a missing kernel, an unknown required argument, a lossy default)."""
-
-
 def bind(fn: Callable[..., Any], core: Mapping[str, Any], *, label: str, chosen: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``fn`` as the installed release spells it: every name of ``core`` must be a parameter;
-    a threshold with a default must default to its lossless value (:data:`LOSSLESS_THRESHOLDS`); ``chosen`` sets
-    optional parameters (which must exist); any other parameter must have a default."""
-    signature = inspect.signature(fn)
-    params = signature.parameters
-    missing = [name for name in core if name not in params]
-    if missing:
-        raise AdapterError(f"{label} has no parameter(s) {missing}; signature {signature}")
-    kwargs = dict(core)
-    for name, value in (chosen or {}).items():
-        if name not in params:
-            raise AdapterError(f"{label} has no {name}: not in this release")
-        kwargs[name] = value
-    for name, param in params.items():
-        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if param.default is param.empty:
-            raise AdapterError(f"{label} requires unknown argument {name!r}; signature {signature}")
-    for name, lossless in LOSSLESS_THRESHOLDS.items():
-        default = params[name].default if name in params else inspect.Parameter.empty
-        if default is not inspect.Parameter.empty and default != lossless:
-            raise AdapterError(f"{label}'s {name} defaults to {default!r}; the lossless path needs {lossless!r}")
-    return kwargs
+    """Keyword arguments for ``fn`` as the installed release spells it (:func:`~specwatch.targets.base.bind_keywords`):
+    every name of ``core`` must be a parameter; a threshold with a default must default to its lossless value
+    (:data:`LOSSLESS_THRESHOLDS`); ``chosen`` sets optional parameters (which must exist); any other parameter must
+    have a default."""
+    return bind_keywords(fn, core, label=label, lossless=LOSSLESS_THRESHOLDS, required=chosen)
 
 
 def engine_thresholds(defaults: Mapping[str, Any]) -> dict[str, float]:

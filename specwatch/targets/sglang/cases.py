@@ -17,6 +17,7 @@ from specwatch.cases import DIRECT_CASES, EDGE_CASES, Case
 from specwatch.experiments import ChainExperiment, CheckSpec, Experiment, Observation
 from specwatch.laws import MAX_JOINT_CELLS
 from specwatch.sampling import Sampler
+from specwatch.targets.base import LibraryExperiment
 from specwatch.targets.sglang.bindings import chain_sampler, has_block_verification
 from specwatch.targets.sglang.dispatch import dispatch_sampler
 from specwatch.targets.sglang.tree import DraftTree, Kernel, TreeExperiment, fixture_tree
@@ -63,7 +64,7 @@ def tree_cases(kernel: Kernel | None, *, skip_reason: str | None = None, **thres
     return tuple(cases)
 
 
-class LosslessOnly:
+class LosslessOnly(LibraryExperiment):
     """A chain step through a verification whose acceptance is not Leviathan's (target-only verification accepts
     a draft with probability p(draft), not min(1, p/q)): its lossless checks only."""
 
@@ -79,16 +80,8 @@ class LosslessOnly:
         return self._checks
 
     @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
     def accepted_per_trial_max(self) -> int:
         return self.chain.accepted_per_trial_max
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         obs = self.chain.run(n, generator)

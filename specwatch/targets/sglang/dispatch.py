@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from specwatch.sampling import Sampler, SpecOutput, SpecStep, sample_rows, uniforms
-from specwatch.targets.sglang.bindings import AdapterError, call_chain
+from specwatch.targets.base import AdapterError
+from specwatch.targets.sglang.bindings import call_chain
 
 MODULE = "sglang.srt.speculative.eagle_utils"
 FUNCTION = "_verify_uses_greedy"

@@ -24,10 +24,11 @@ import numpy as np
 import torch
 
 from specwatch.cases import Case
-from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
+from specwatch.conditional import FLOAT32_MARGIN, TokenOrder, processing_margin
 from specwatch.experiments import CheckSpec, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import Processing, TargetRaised
+from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check
 from specwatch.targets.vllm.e2e import E2E_HORIZON, E2E_LENGTH, PROCESSING_ON, PROMPT, processed_law
 from specwatch.targets.vllm.models import E2E_VOCAB, TinyModels, conditional_logits, tiny_models
 
@@ -93,7 +94,7 @@ def sampling_params(processing: Processing, new_tokens: int, seed: int) -> dict[
     }
 
 
-class EngineGenerateExperiment:
+class EngineGenerateExperiment(LibraryExperiment):
     """Trials of ``Engine.generate`` (one request a trial): the joint law of the first ``E2E_LENGTH`` tokens (sizes
     the run) and every token of ``E2E_HORIZON`` against its exact conditional law."""
 
@@ -103,30 +104,14 @@ class EngineGenerateExperiment:
         self.engine_name, self.processing = engine_name, processing
         self.law = processed_law(processing, PROMPT, E2E_LENGTH)
         engine(engine_name)
-        self._checks = (
-            CheckSpec(f"lossless/first{E2E_LENGTH}", Layer.LOSSLESS, self.law, 1.0),
-            *(CheckSpec(f"lossless/pit_{o.value}", Layer.LOSSLESS, pit_null(), float(E2E_HORIZON), designed=False) for o in TokenOrder),
-        )
+        self._checks = e2e_checks(self.law, length=E2E_LENGTH, horizon=E2E_HORIZON, designed="first")
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
         return self._checks
 
-    @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
-    def accepted_per_trial_max(self) -> None:
-        return None
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
-
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        pit_w = torch.rand((n, E2E_HORIZON), generator=generator, dtype=torch.float64).numpy()
+        seeds, pit_w = e2e_draws(n, E2E_HORIZON, generator)
         try:
             outputs = engine(self.engine_name).generate(
                 input_ids=[list(PROMPT)] * n, sampling_params=[sampling_params(self.processing, E2E_HORIZON, s) for s in seeds]
@@ -144,25 +129,19 @@ def observe(generated: list[list[int]], processing: Processing, law: Any, first:
     for new in generated:
         if len(new) != E2E_HORIZON or any(not 0 <= t < E2E_VOCAB for t in new):
             return Observation({}, (Violation(Layer.LOSSLESS, f"generate returned {new} for {E2E_HORIZON} new tokens"),), 0, b"")
-        counts[sum(t * E2E_VOCAB ** (E2E_LENGTH - 1 - j) for j, t in enumerate(new[:E2E_LENGTH]))] += 1
-    pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
-    violations: tuple[Violation, ...] = ()
+        counts[joint_cell(new, E2E_VOCAB, E2E_LENGTH)] += 1
+    trials: list[tuple[list[int], Any, Any]] = []
     if generated:
         logits = conditional_logits(tiny_models(), PROMPT, generated)
         rows = processing.probs(torch.from_numpy(logits)).numpy()
-        for i, out in enumerate(generated):
-            keep = np.array(
-                [processing_margin(row, processing.temperature, processing.top_k, processing.top_p) >= FLOAT32_MARGIN for row in logits[i]]
-            )
-            batch = conditional_batch(rows[i], np.asarray(out, dtype=np.int64), pit_w[i], keep=keep)
-            for order in TokenOrder:
-                pit[order] += batch.counts[order]
-            if batch.impossible is not None and not violations:
-                violations = (Violation(Layer.LOSSLESS, f"output {out}: {batch.impossible}"),)
-    return Observation({first: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}, violations, 0, counts.tobytes())
+        for out, trial_rows, trial_logits in zip(generated, rows, logits, strict=True):
+            margins = [processing_margin(row, processing.temperature, processing.top_k, processing.top_p) for row in trial_logits]
+            trials.append((out, trial_rows, np.array([m >= FLOAT32_MARGIN for m in margins])))
+    pit, violations = conditional_pit(trials, pit_w)
+    return Observation({first: counts, **{pit_check(o): pit[o] for o in TokenOrder}}, violations, 0, counts.tobytes())
 
 
-class GreedyEquivalenceExperiment:
+class GreedyEquivalenceExperiment(LibraryExperiment):
     """``temperature=0``: the speculative engine's output equals the plain engine's exactly, on 64 random prompts."""
 
     prompts = 64
@@ -171,18 +150,6 @@ class GreedyEquivalenceExperiment:
         self.engine_name, self.new_tokens = engine_name, new_tokens
         engine("plain")
         engine(engine_name)
-
-    @property
-    def checks(self) -> Sequence[CheckSpec]:
-        return ()
-
-    @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
-    def accepted_per_trial_max(self) -> None:
-        return None
 
     @property
     def fixed_trials(self) -> int:

@@ -47,6 +47,7 @@ from specwatch.experiments import CheckSpec, Observation, Violation
 from specwatch.laws import validate_law
 from specwatch.protocol import Layer
 from specwatch.sampling import TargetRaised
+from specwatch.targets.base import LibraryExperiment
 
 #: A verification kernel with ``tree_speculative_sampling_target_only``'s (and ``chain_speculative_sampling_triton``'s)
 #: arguments: it writes ``predicts``, ``accept_index`` and ``accept_token_num``.
@@ -273,7 +274,7 @@ def read_paths(tree: DraftTree, predicts: torch.Tensor, accept_index: torch.Tens
     return TreeTrials(last_node, last_token, first_token, accept_num, tuple(violations))
 
 
-class TreeExperiment:
+class TreeExperiment(LibraryExperiment):
     """Trials of one tree step through a verification kernel, against the exact law of the module docstring:
     ``lossless/tree`` ((last accepted node, last token) ~ reach(v) p_v(y)) and ``lossless/pos1`` (the first token ~
     p_root). Acceptance is compared with sum of reach(v) over the drafts."""
@@ -298,10 +299,6 @@ class TreeExperiment:
     @property
     def accepted_per_trial_max(self) -> int:
         return self.tree.max_depth
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         try:

@@ -21,8 +21,11 @@ import torch
 
 from specwatch.cases import DIRECT_CASES, EDGE_CASES, Case, library_epsilon
 from specwatch.experiments import Experiment
-from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep
-from specwatch.targets.transformers.bindings import AdapterError, generation_config_fields, speculative_sampling_sampler
+from specwatch.protocol import LibraryIdentity
+from specwatch.sampling import Processing, Sampler
+from specwatch.targets import TargetError
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
+from specwatch.targets.transformers.bindings import generation_config_fields, speculative_sampling_sampler
 from specwatch.targets.transformers.experiments import (
     E2E_COVERAGE,
     E2E_DRAFTS,
@@ -60,13 +63,26 @@ LARGE_VOCAB_SCALE = 8.0
 
 
 @dataclass
-class TransformersAdapter:
+class TransformersAdapter(Adapter):
     """What the installed transformers offers, found by looking, not by version tables."""
 
     module: ModuleType
     version: str
     speculative_sampling: Callable[..., Any] | None
     features: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def prepare(cls, variant: str) -> None:
+        """``mutant:NAME``: plant the library-level mutant NAME in the imported library (target
+        ``transformers+mutant:NAME``, :mod:`.mutants`)."""
+        from specwatch.targets.transformers.mutants import apply_mutant  # noqa: PLC0415 - only for a mutant target
+
+        if not variant.startswith("mutant:"):
+            raise TargetError(f"transformers takes the variant mutant:NAME, got {variant!r}")
+        try:
+            apply_mutant(variant.removeprefix("mutant:"))
+        except KeyError as exc:
+            raise TargetError(str(exc.args[0])) from exc
 
     @classmethod
     def load(cls) -> TransformersAdapter:
@@ -97,24 +113,24 @@ class TransformersAdapter:
     def path(self) -> str:
         return str(getattr(self.module, "__file__", "") or "")
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """Library name, version, location, the versions of the dependencies that shape its behaviour here
         (a release's are whatever pip resolved when it was installed) and, for a git checkout, its commit."""
-        info = {"name": "transformers", "version": self.version, "path": self.path, "dependencies": _dependency_versions()}
         sha = _git_head(Path(self.path).parent) if self.path else None  # the package folder, as imported
-        if sha:
-            info["git_sha"] = sha
-        return info
+        return LibraryIdentity(
+            name="transformers",
+            distribution="transformers",
+            version=self.version,
+            path=self.path,
+            git_sha=sha,
+            details={"dependencies": _dependency_versions()},
+        )
 
     def sampler(self) -> Sampler:
         """The direct-case sampler (direct cases are skipped when the version has none)."""
         fn = self.speculative_sampling
         if fn is None:
-
-            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-                raise AdapterError(f"transformers {self.version} has no generation.utils._speculative_sampling")
-
-            return missing
+            return refusing_sampler(f"transformers {self.version} has no generation.utils._speculative_sampling")
         return speculative_sampling_sampler(fn)
 
     def cases(self) -> tuple[Case, ...]:

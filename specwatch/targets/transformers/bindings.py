@@ -1,7 +1,8 @@
 """The direct path: ``transformers.generation.utils._speculative_sampling`` bound by keyword from its signature.
 
 The signature changed across releases; binding by name, never by position, keeps every historical version on its
-lossless path. :class:`AdapterError` is how every module of this adapter reports a library it cannot adapt.
+lossless path (:func:`specwatch.targets.base.bind_keywords`). :class:`AdapterError` (the kit's) is how every module of
+this adapter reports a library it cannot adapt.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from specwatch.sampling import Sampler, SpecOutput, SpecStep, sample_rows, uniforms
+from specwatch.targets.base import bind_keywords
 
 #: Arguments older releases require that have a single lossless value here.
 _FIXED_ARGUMENTS: dict[str, Callable[[int], Any]] = {
@@ -22,10 +24,8 @@ _FIXED_ARGUMENTS: dict[str, Callable[[int], Any]] = {
     "last_assistant_token_is_eos": lambda gamma: False,  # 4.37 - 4.39
     "max_matches": lambda gamma: gamma,  # 4.37 - 4.39: room for every draft
 }
-
-
-class AdapterError(Exception):
-    """The installed library cannot be adapted (a missing entry point, an unknown required argument)."""
+#: Optional since 5.18, lossy by design (an ensemble of the two models' logits): must default to None and stay there.
+_LOSSLESS_DEFAULTS: dict[str, Any] = {"assistant_ensemble_weight": None}
 
 
 def bind_speculative_sampling(
@@ -41,29 +41,14 @@ def bind_speculative_sampling(
     Binding by name matters: on 5.18+ a fifth positional argument would become
     ``assistant_ensemble_weight`` (lossy by design), which is always left at its default ``None``.
     """
-    params = inspect.signature(fn).parameters
     core = {
         "candidate_input_ids": candidate_input_ids,
         "candidate_logits": candidate_logits,
         "candidate_length": candidate_length,
         "new_logits": new_logits,
     }
-    missing = [name for name in core if name not in params]
-    if missing:
-        raise AdapterError(f"_speculative_sampling has no parameter(s) {missing}; signature {inspect.signature(fn)}")
-    kwargs = dict(core)
-    for name, param in params.items():
-        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if name == "assistant_ensemble_weight":
-            if param.default is not None:
-                raise AdapterError("assistant_ensemble_weight defaults to a value: the lossless path needs None")
-            continue
-        if name in _FIXED_ARGUMENTS:
-            kwargs[name] = _FIXED_ARGUMENTS[name](candidate_length)
-        elif param.default is param.empty:
-            raise AdapterError(f"_speculative_sampling requires unknown argument {name!r}; signature {inspect.signature(fn)}")
-    return kwargs
+    fixed = {name: value(candidate_length) for name, value in _FIXED_ARGUMENTS.items()}
+    return bind_keywords(fn, core, label="_speculative_sampling", lossless=_LOSSLESS_DEFAULTS, fixed=fixed)
 
 
 def _log_rows(probs: torch.Tensor) -> torch.Tensor:

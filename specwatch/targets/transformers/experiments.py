@@ -27,7 +27,8 @@ from specwatch.conditional import (
 from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import FixtureError, Processing, TargetRaised
-from specwatch.targets.transformers.bindings import AdapterError, generation_config_fields
+from specwatch.targets.base import AdapterError, LibraryExperiment
+from specwatch.targets.transformers.bindings import generation_config_fields
 from specwatch.targets.transformers.models import E2E_VOCAB, UNREACHABLE_EOS, ModelFactory, resolve_options, tiny_models
 from specwatch.targets.transformers.observer import DraftObserver
 
@@ -102,7 +103,7 @@ def accepted_in_call(reported: int, horizon: int) -> int:
     return min(reported, accepted_per_call_max(horizon))
 
 
-class GenerateExperiment:
+class GenerateExperiment(LibraryExperiment):
     """Trials of ``generate(do_sample=True)`` over a long horizon, against exact laws.
 
     Each trial generates ``horizon`` tokens (at least 8, several verification rounds). Checks:
@@ -194,17 +195,9 @@ class GenerateExperiment:
         return self._checks
 
     @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
     def accepted_per_trial_max(self) -> int | None:
         """Speculative paths: :func:`accepted_per_call_max` of the horizon; plain sampling drafts nothing (None)."""
         return accepted_per_call_max(self.horizon) if self.speculative else None
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
 
     @property
     def rows_per_call(self) -> int:
@@ -308,7 +301,7 @@ def _generate(model: Any, prompt: torch.Tensor, mask: torch.Tensor, kwargs: dict
     return out
 
 
-class GreedyEquivalenceExperiment:
+class GreedyEquivalenceExperiment(LibraryExperiment):
     """``do_sample=False``: assisted generation must return exactly plain greedy's tokens."""
 
     prompts = 64
@@ -336,14 +329,6 @@ class GreedyEquivalenceExperiment:
         self.coverage_design = coverage
         self.device = device
         self.pad_token_id = pad_token_id
-
-    @property
-    def checks(self) -> Sequence[CheckSpec]:
-        return ()
-
-    @property
-    def expected_acceptance(self) -> None:
-        return None
 
     @property
     def accepted_per_trial_max(self) -> int:

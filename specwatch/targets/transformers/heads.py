@@ -31,7 +31,8 @@ import torch
 from specwatch.cases import Case
 from specwatch.experiments import Experiment
 from specwatch.sampling import Processing
-from specwatch.targets.transformers.bindings import AdapterError, has, optional_import
+from specwatch.targets.base import AdapterError
+from specwatch.targets.transformers.bindings import has, optional_import
 from specwatch.targets.transformers.experiments import (
     E2E_COVERAGE,
     E2E_EPSILON,

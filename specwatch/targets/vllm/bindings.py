@@ -8,26 +8,21 @@ the ratio test, as ``RejectionSampler.forward`` does. Where every draft row of q
 ``draft_probs=None`` is passed: that is how vLLM's greedy drafters (the draft-model default,
 ``draft_sample_method="greedy"``) and ngram report q, and the kernels then take a separate branch.
 
-:class:`AdapterError` is how every module of this adapter reports a vLLM it cannot adapt.
+:class:`~specwatch.targets.base.AdapterError` (the kit's) is how every module of this adapter reports a vLLM it cannot adapt.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
-
-
-class AdapterError(Exception):
-    """The installed vLLM cannot be adapted (a missing entry point, an unknown required argument)."""
-
+from specwatch.targets.base import AdapterError, bind_keywords
 
 #: The arguments of ``rejection_sample`` the adapter fills; any other parameter must have a default.
 CORE_ARGUMENTS = (
@@ -47,45 +42,13 @@ CORE_ARGUMENTS = (
 _LOSSLESS_DEFAULTS: dict[str, Any] = {"synthetic_mode": False, "synthetic_conditional_rates": None}
 
 
-def bind_keywords(
-    fn: Callable[..., Any],
-    core: Mapping[str, Any],
-    *,
-    lossless: Mapping[str, Any],
-    label: str,
-    chosen: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Keyword arguments for ``fn`` (``label`` in errors) as the installed release spells it: every name of ``core``
-    must be a parameter (given its value); a parameter of ``lossless`` must default to exactly that lossless value
-    (and is left out, unless ``chosen`` sets it); any other parameter must have a default. ``chosen`` sets optional
-    parameters where ``fn`` has them."""
-    signature = inspect.signature(fn)
-    params = signature.parameters
-    missing = [name for name in core if name not in params]
-    if missing:
-        raise AdapterError(f"{label} has no parameter(s) {missing}; signature {signature}")
-    kwargs = dict(core)
-    for name, param in params.items():
-        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        if name in lossless:
-            value = lossless[name]
-            if param.default is param.empty or type(param.default) is not type(value) or param.default != value:
-                raise AdapterError(f"{label}'s {name} defaults to {param.default!r}; the lossless path needs {value!r}")
-        elif param.default is param.empty:
-            raise AdapterError(f"{label} requires unknown argument {name!r}; signature {signature}")
-        if chosen and name in chosen:
-            kwargs[name] = chosen[name]
-    return kwargs
-
-
 def bind_rejection_sample(fn: Callable[..., Any], **core: Any) -> dict[str, Any]:
     """Keyword arguments for ``rejection_sample`` (:func:`bind_keywords`: :data:`CORE_ARGUMENTS` given,
     :data:`_LOSSLESS_DEFAULTS` at their lossless values)."""
     missing_core = [name for name in CORE_ARGUMENTS if name not in core]
     if missing_core:
         raise TypeError(f"bind_rejection_sample needs {missing_core}")
-    return bind_keywords(fn, {name: core[name] for name in CORE_ARGUMENTS}, lossless=_LOSSLESS_DEFAULTS, label="rejection_sample")
+    return bind_keywords(fn, {name: core[name] for name in CORE_ARGUMENTS}, label="rejection_sample", lossless=_LOSSLESS_DEFAULTS)
 
 
 def sampling_metadata(cls: type, processing: Processing, batch: int, device: torch.device) -> Any:

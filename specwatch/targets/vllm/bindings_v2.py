@@ -40,7 +40,8 @@ from specwatch.cases import Case
 from specwatch.experiments import ChainExperiment, CheckSpec, Experiment, Observation
 from specwatch.laws import MAX_JOINT_CELLS
 from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, sample_rows, uniforms
-from specwatch.targets.vllm.bindings import AdapterError, bind_keywords, one_hot_rows
+from specwatch.targets.base import AdapterError, LibraryExperiment, bind_keywords
+from specwatch.targets.vllm.bindings import one_hot_rows
 
 #: Where the model-runner-v2 sampler lives.
 MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
@@ -78,7 +79,7 @@ _BLOCK = "use_block_verification"
 
 
 def bind_rejection_sample_v2(fn: Callable[..., Any], *, block: bool = False, may_mask: bool = False, **core: Any) -> dict[str, Any]:
-    """Keyword arguments for v2 ``rejection_sample`` (:func:`~specwatch.targets.vllm.bindings.bind_keywords`:
+    """Keyword arguments for v2 ``rejection_sample`` (:func:`~specwatch.targets.base.bind_keywords`:
     :data:`CORE_ARGUMENTS` given, :data:`LOSSLESS_DEFAULTS` at their lossless values, but ``use_block_verification``
     set with ``block``, which needs the release to have it; ``skip_masked_vocab_blocks`` set to ``may_mask`` where
     the release has it)."""
@@ -89,7 +90,7 @@ def bind_rejection_sample_v2(fn: Callable[..., Any], *, block: bool = False, may
     if block and _BLOCK not in inspect.signature(fn).parameters:
         raise AdapterError(f"{label} has no {_BLOCK}: no block verification in this release")
     chosen = {_SKIP_MASKED: may_mask, **({_BLOCK: True} if block else {})}
-    return bind_keywords(fn, {name: core[name] for name in CORE_ARGUMENTS}, lossless=LOSSLESS_DEFAULTS, label=label, chosen=chosen)
+    return bind_keywords(fn, {name: core[name] for name in CORE_ARGUMENTS}, label=label, lossless=LOSSLESS_DEFAULTS, fixed=chosen)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _process(
     return processed
 
 
-class BlockVerificationExperiment:
+class BlockVerificationExperiment(LibraryExperiment):
     """A chain step through block verification: only the law it claims is tested.
 
     Block verification (Sun et al., "Block verification accelerates speculative decoding") keeps the longest draft
@@ -262,17 +263,9 @@ class BlockVerificationExperiment:
         return self._checks
 
     @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
     def accepted_per_trial_max(self) -> int:
         """gamma, as for the wrapped step: block verification also accepts at most its drafts."""
         return self.chain.accepted_per_trial_max
-
-    @property
-    def fixed_trials(self) -> None:
-        return None
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         obs = self.chain.run(n, generator)

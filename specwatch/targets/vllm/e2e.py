@@ -33,10 +33,11 @@ import torch
 from numpy.typing import NDArray
 
 from specwatch.cases import Case
-from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, conditional_batch, pit_null, processing_margin
+from specwatch.conditional import FLOAT32_MARGIN, PIT_BINS, TokenOrder, pit_null, processing_margin
 from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
 from specwatch.sampling import FixtureError, Processing, TargetRaised
+from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check
 from specwatch.targets.vllm.acceptance import (
     ACCEPTANCE_CHECK,
     Drafting,
@@ -103,7 +104,7 @@ def _acceptance_plan(engine_name: str, itemised: bool, version: str) -> tuple[Dr
 
 
 # ------------------------------------------------------------------------------------- experiments
-class GenerateExperiment:
+class GenerateExperiment(LibraryExperiment):
     """Trials of ``LLM.generate`` (one request per trial, all trials of a batch in one call) of ``horizon``
     tokens. Checks: ``lossless/first{length}``, the joint law of the first ``length`` tokens (cell = base-V
     number of the tokens; it sizes the run), and ``lossless/pit_id`` / ``lossless/pit_prob``, every token of
@@ -135,8 +136,7 @@ class GenerateExperiment:
         self._checks = (
             # Designed on the conditional checks (every token of the horizon, 16 cells); the joint law of 8**3 cells
             # rides along (designed, it would take 35 times the trials at TV 0.03: no early pass at 512 cells).
-            CheckSpec(f"lossless/first{length}", Layer.LOSSLESS, self.law, 1.0, designed=False),
-            *(CheckSpec(f"lossless/pit_{order.value}", Layer.LOSSLESS, pit_null(), float(self.horizon)) for order in TokenOrder),
+            *e2e_checks(self.law, length=length, horizon=self.horizon, designed="pit"),
             # Not designed: how many drafts a trial reaches depends on the path it takes (about 1 to horizon - 1).
             *((CheckSpec(ACCEPTANCE_CHECK, Layer.CONFORMANCE, pit_null(), 1.0, designed=False),) if self.drafting else ()),
         )
@@ -146,10 +146,6 @@ class GenerateExperiment:
         return self._checks
 
     @property
-    def expected_acceptance(self) -> None:
-        return None
-
-    @property
     def accepted_per_trial_max(self) -> int | None:
         """``horizon - 1`` for a speculative engine whose verification steps are itemised: a trial counts accepted
         drafts at distinct output indices 1 .. horizon - 1 (index 0 is the prefill's token; :func:`accepted_within`,
@@ -157,13 +153,8 @@ class GenerateExperiment:
         (nothing is counted)."""
         return self.horizon - 1 if self.engine_name != "plain" and self._itemised else None
 
-    @property
-    def fixed_trials(self) -> None:
-        return None
-
     def run(self, n: int, generator: torch.Generator) -> Observation:
-        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
-        pit_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
+        seeds, pit_w = e2e_draws(n, self.horizon, generator)
         accept_w = torch.rand((n, self.horizon), generator=generator, dtype=torch.float64).numpy()
         params = [sampling_params(self.vllm, self.processing, self.horizon, s) for s in seeds]
         try:
@@ -182,10 +173,10 @@ class GenerateExperiment:
                 return Observation({}, (wrong,), 0, b"")
             generated.append(new)
             steps.append(verification_steps(out.outputs[0]) or ())
-            counts[sum(t * E2E_VOCAB ** (self.length - 1 - j) for j, t in enumerate(new[: self.length]))] += 1
+            counts[joint_cell(new, E2E_VOCAB, self.length)] += 1
         rows, keep = self._target_rows(generated)
-        pit, violations = self._conditional(generated, rows, keep, pit_w)
-        found = {self._checks[0].name: counts, **{f"lossless/pit_{o.value}": pit[o] for o in TokenOrder}}
+        pit, violations = conditional_pit(zip(generated, rows, keep, strict=True), pit_w)
+        found = {self._checks[0].name: counts, **{pit_check(o): pit[o] for o in TokenOrder}}
         accepted, expected = sum(accepted_within(record, self.horizon) for record in steps), None
         if self.drafting is not None and generated:
             accept_counts, accepted, expected, violation = self._acceptance(generated, steps, rows, keep, accept_w)
@@ -203,20 +194,6 @@ class GenerateExperiment:
         rows = p.probs(torch.from_numpy(logits)).numpy()
         keep = np.array([[processing_margin(row, p.temperature, p.top_k, p.top_p) >= FLOAT32_MARGIN for row in trial] for trial in logits])
         return rows, keep
-
-    def _conditional(
-        self, generated: Sequence[Sequence[int]], rows: NDArray[np.float64], keep: NDArray[np.bool_], pit_w: NDArray[np.float64]
-    ) -> tuple[dict[TokenOrder, NDArray[np.int64]], tuple[Violation, ...]]:
-        """PIT bin counts of every generated token, and a violation for the first token of probability 0."""
-        pit = {order: np.zeros(PIT_BINS, dtype=np.int64) for order in TokenOrder}
-        impossible: tuple[Violation, ...] = ()
-        for i, out in enumerate(generated):
-            batch = conditional_batch(rows[i], np.asarray(out, dtype=np.int64), pit_w[i], keep=keep[i])
-            for order in TokenOrder:
-                pit[order] += batch.counts[order]
-            if batch.impossible is not None and not impossible:
-                impossible = (Violation(Layer.LOSSLESS, f"output {list(out)}: {batch.impossible}"),)
-        return pit, impossible
 
     def _acceptance(
         self,
@@ -245,7 +222,7 @@ class GenerateExperiment:
         return counts, accepted, expected, violation
 
 
-class GreedyEquivalenceExperiment:
+class GreedyEquivalenceExperiment(LibraryExperiment):
     """``temperature=0``: the speculative engine's output equals the plain engine's exactly, on random prompts."""
 
     prompts = 64
@@ -257,14 +234,6 @@ class GreedyEquivalenceExperiment:
         engine("plain")  # built now (see GenerateExperiment), looked up per batch
         engine(engine_name)
         self.new_tokens = new_tokens
-
-    @property
-    def checks(self) -> Sequence[CheckSpec]:
-        return ()
-
-    @property
-    def expected_acceptance(self) -> None:
-        return None
 
     @property
     def accepted_per_trial_max(self) -> None:

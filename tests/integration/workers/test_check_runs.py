@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 from service.check_runs import OUTPUT_TEXT_MAX, reproduce_command, stored_result
 from service.cli import app as cli
 from service.db import session_scope
+from service.findings import add_finding
 from service.models import CaseResult, Commit, Notification, NotificationChannel, NotificationStatus, Run, RunStatus, Target
-from service.queries import add_finding
 from specwatch.cases import select as select_cases
 from specwatch.protocol import RunResult
 from specwatch.report import KnownFinding, markdown_report

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.targets import RepoPolicy
+from service.repositories import RepoPolicy
 from tests.support.toy_target import CORRECT, SWAPPED_RESIDUAL, ToyRepo, git
 from workers.checkout import CheckoutError, CommitNotFoundError, MirrorCache, ls_remote
 

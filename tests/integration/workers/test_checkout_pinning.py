@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from service import addresses
-from service.targets import RepoPolicy
+from service.repositories import RepoPolicy
 from tests.support.toy_target import CORRECT, ToyRepo
 from workers.checkout import CheckoutError, check_repository, git, ls_remote
 

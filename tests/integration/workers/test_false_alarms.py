@@ -24,7 +24,7 @@ from service.db import session_scope
 from service.models import Alert, Commit, Run, RunStatus, Target
 from specwatch.cases import select as select_cases
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from workers import tasks
 from workers.execution import run_seed
 from workers.profiles import get_profile

@@ -18,8 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
+from service.findings import add_finding
 from service.models import Alert, AlertKind, CaseResult, Commit, FindingState, KnownFinding, Notification, Run, RunStatus, Target, Verdict
-from service.queries import add_finding, commits_page, get_alert, get_finding
+from service.queries import commits_page, get_alert, get_finding
 from workers.analysis import AnalysisConfig, analyse
 from workers.notify import NotifyConfig
 
@@ -115,7 +116,7 @@ def test_a_known_finding_pages_nobody_is_seen_fixed_and_its_return_is_a_regressi
 
 def test_a_finding_set_open_again_applies_again(backend_factory: sessionmaker[Session]) -> None:
     """A maintainer who reopens a finding the monitor saw fixed undoes the fix: its failures are known again."""
-    from service.queries import edit_finding
+    from service.findings import edit_finding
 
     with session_scope(backend_factory) as session:
         commits = _commits(session, "lib2", 4)

@@ -7,8 +7,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
+from service.findings import seed_findings
 from service.models import Alert, AlertKind, Commit, Notification, Run, RunStatus, Target
-from service.queries import get_alert, seed_findings
+from service.queries import get_alert
 from service.releases import release_sha
 from tests.support.http_fakes import block_kit_problems
 from workers.notify import NotifyConfig, queue_alert_message

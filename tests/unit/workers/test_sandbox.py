@@ -14,6 +14,7 @@ from specwatch import sandbox as isolation
 from specwatch.index_proxy import FORWARDER
 from specwatch.sandbox import Sandbox, release_entries, resolve_sandbox
 from workers import sandbox as worker_sandbox
+from workers import supervise as worker_supervise
 from workers.sandbox import SPECWATCH_ROOT, SuiteCommand
 
 BWRAP = Sandbox("bwrap", bwrap="/usr/bin/bwrap", read_only=(Path("/opt/python"),), devices=("/dev/null",))
@@ -112,7 +113,7 @@ def test_the_install_step_writes_only_its_own_release_cache_entry(tmp_path: Path
         steps.append(argv)
         return 0, False, False
 
-    monkeypatch.setattr(worker_sandbox._Step, "run", record)
+    monkeypatch.setattr(worker_supervise.Step, "run", record)
     command = SuiteCommand(
         python=sys.executable,
         target="transformers",

@@ -15,7 +15,8 @@ from specwatch.protocol import RunResult
 from specwatch.protocol import Verdict as SuiteVerdict
 from specwatch.sandbox import suite_environment
 from workers.celery_app import celery_config
-from workers.execution import interpret, run_seed
+from workers.execution import run_seed
+from workers.outcome import interpret
 from workers.sandbox import SuiteCommand, SuiteOutcome, source_dir
 from workers.settings import WorkerSettings
 

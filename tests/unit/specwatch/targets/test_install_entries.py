@@ -48,10 +48,12 @@ def test_a_llamacpp_build_may_write_its_own_version_only(tmp_path: Path) -> None
 
 def test_openvino_genai_installs_its_exporter_into_its_own_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The exporter (optimum-intel) goes beside the release, into the release's one writable entry: no second entry.
-    from specwatch.targets.install import BESIDE
+    from specwatch.targets.registry import registry
 
     monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path))
-    assert BESIDE["openvino-genai"] == ("optimum-intel",)
+    found = registry().distribution("openvino-genai")
+    assert found is not None
+    assert found[1].beside == ("optimum-intel",)
     (entry,) = release_entries(tmp_path, "openvino-genai==2026.4.1.0")
     assert install_folder("openvino-genai==2026.4.1.0") == entry == tmp_path / "pip" / "openvino-genai__2026.4.1.0"
 

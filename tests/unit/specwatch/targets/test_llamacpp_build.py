@@ -59,10 +59,10 @@ def test_a_checkout_build_runs_the_tools_cases_and_says_why_the_python_ones_are_
     info |= {"cmake_options": [*build.CMAKE_OPTIONS, "-DGGML_CUDA=OFF"], "build_seconds": 3.0, "tools": {}}
     adapter = LlamaCppAdapter(None, "b1", info, {})
     described = adapter.describe()
-    assert described["distribution"] == "llama.cpp"
-    assert described["git_sha"] == "abc"
-    assert described["path"] == "/src/llama.cpp"
-    assert described["cuda"] == "off"
+    assert described.distribution == "llama.cpp"
+    assert described.git_sha == "abc"
+    assert described.path == "/src/llama.cpp"
+    assert described.details["cuda"] == "off"
     skipped = {c.id: c.skip_reason for c in adapter.cases()}
     for case_id in ("e2e/python_control/plain", "e2e/python_prompt_lookup/processed", "e2e/greedy/python_prompt_lookup"):
         assert "no llama-cpp-python" in str(skipped[case_id]), case_id

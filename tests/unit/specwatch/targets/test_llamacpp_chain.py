@@ -145,7 +145,8 @@ def test_the_gguf_file_holds_the_weights_and_the_vocabulary(tmp_path):
 def test_the_processed_fixture_of_the_end_to_end_cases_is_valid():
     """The cases' processed chain builds its joint law on the tiny target, with EOS banned (the tools) and not (the
     Python paths): each cut removes mass at every position and no row lies at a boundary (else the cases error)."""
-    from specwatch.targets.llamacpp.e2e import LENGTH, PROCESSING_DESCRIPTION, PROCESSING_ON, PROMPT
+    from specwatch.targets.llamacpp.e2e import PROCESSING_DESCRIPTION, PROCESSING_ON
+    from specwatch.targets.llamacpp.experiments import LENGTH, PROMPT
     from specwatch.targets.llamacpp.models import VOCAB, next_token_logits
     from specwatch.targets.llamacpp.paths import IGNORE_EOS
 

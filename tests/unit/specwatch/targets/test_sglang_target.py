@@ -20,7 +20,7 @@ import torch
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.sglang.cases import INTERPRETER_PROBE_TRIALS, chain_cases, tree_cases
 
 pytestmark = [
@@ -52,14 +52,14 @@ def _verdicts(run):
 
 def test_the_identity_states_the_kernels_and_the_lossless_defaults(target):
     library = target.library
-    assert library["version"] == os.environ.get("SPECWATCH_SGLANG_PIP", "sglang==0.5.23").split("==")[1]
-    assert library["thresholds"] == "threshold_single 1.0, threshold_acc 1.0"  # the engine's defaults, read
-    assert "_verify_uses_greedy" in library["verify_dispatch"]
+    assert library.version == os.environ.get("SPECWATCH_SGLANG_PIP", "sglang==0.5.23").split("==")[1]
+    assert library.details["thresholds"] == "threshold_single 1.0, threshold_acc 1.0"  # the engine's defaults, read
+    assert "_verify_uses_greedy" in library.details["verify_dispatch"]
     ids = {c.id: c for c in target.cases}
     if torch.cuda.is_available():
         assert ids["tree/branching2/V8/d2"].skip_reason is None
     else:
-        assert "interpreter" in library["kernels"]
+        assert "interpreter" in library.details["kernels"]
         assert ids["tree/branching2/V8/d2"].skip_reason.startswith("not reachable: tree_speculative_sampling_target_only")
         assert ids["e2e/eagle/processed"].skip_reason.startswith("not reachable")
 

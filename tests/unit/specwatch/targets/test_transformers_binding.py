@@ -8,7 +8,8 @@ import torch
 from specwatch.cases import CASES
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets.transformers.bindings import AdapterError, bind_speculative_sampling, speculative_sampling_sampler
+from specwatch.targets.base import AdapterError
+from specwatch.targets.transformers.bindings import bind_speculative_sampling, speculative_sampling_sampler
 
 IDS, Q, P = torch.zeros((1, 4), dtype=torch.long), torch.zeros((1, 3, 8)), torch.zeros((1, 4, 8))
 CORE = {"candidate_input_ids": IDS, "candidate_logits": Q, "candidate_length": 3, "new_logits": P}

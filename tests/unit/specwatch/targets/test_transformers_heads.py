@@ -17,8 +17,8 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 from specwatch.targets.transformers.heads import head_cases
 
 PATHS = ("mtp", "dflash", "gemma4_assistant")
@@ -145,7 +145,7 @@ def _fixed_single_position_get_candidates():
 @pytest.mark.slow
 @pytest.mark.parametrize("label", ["plain", "processed"])
 def test_finding_gemma4_assistant_drafts_greedily_but_reports_softmax_q(target, monkeypatch, label):
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
     from transformers.generation import candidate_generator
 
@@ -183,7 +183,7 @@ def _inkling_convolution_of_5_14():
 
 @pytest.mark.slow
 def test_finding_inkling_raises_on_a_prompt_shorter_than_its_convolution_kernel(target, monkeypatch):
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the mutant is written against the release CI installs (5.24.0)")
     from transformers.models.inkling import modeling_inkling
 
@@ -220,7 +220,7 @@ def _dflash_get_candidates_of_5_15_0():
 
 @pytest.mark.slow
 def test_finding_dflash_reports_raw_logits_as_q(target, monkeypatch):
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the mutant is written against the release CI installs (5.24.0)")
     from transformers.generation import candidate_generator
 

@@ -22,8 +22,8 @@ from service.cli import app
 from specwatch.cases import select
 from specwatch.protocol import Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 from specwatch.targets.transformers.heads import head_cases
 from specwatch.targets.transformers.models import HEAD_VOCAB, UNREACHABLE_EOS
 from specwatch.targets.transformers.mtp import FAMILIES, MtpFamily, mtp_models, select_family, unavailable

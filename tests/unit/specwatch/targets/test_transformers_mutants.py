@@ -16,8 +16,9 @@ import torch
 pytest.importorskip("transformers", reason="the transformers target needs transformers installed")  # CI installs it
 
 from specwatch.sampling import Processing
-from specwatch.targets import TargetError, resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets import TargetError
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 from specwatch.targets.transformers.experiments import E2E_COVERAGE, GenerateExperiment, accepted_in_call
 from specwatch.targets.transformers.mutants import LIBRARY_MUTANTS
 from specwatch.targets.transformers.observer import DraftObserver

@@ -14,8 +14,8 @@ pytest.importorskip("transformers", reason="the transformers target needs transf
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
-from specwatch.targets.transformers import TransformersAdapter
+from specwatch.targets.loader import resolve
+from specwatch.targets.transformers.adapter import TransformersAdapter
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def target():
 def test_the_adapter_detects_the_installed_release(target):
     import transformers
 
-    assert target.library["version"] == transformers.__version__
+    assert target.library.version == transformers.__version__
     adapter = TransformersAdapter.load()
     assert adapter.features["speculative_sampling"]
     assert adapter.features["assistant_model"]
@@ -137,7 +137,7 @@ def _fixed_get_target_logits(self, assistant_logits):
 
 @pytest.mark.slow
 def test_finding_universal_assisted_generation_reports_a_permuted_q(target, monkeypatch):
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
     from transformers.generation import candidate_generator
 
@@ -221,7 +221,7 @@ def test_finding_edge_checks_on_the_installed_release(target):
     fixture drafts a token with q ~ 2e-9 and p = 0, and `_speculative_sampling` raises (its residual (p - q)+
     is all zeros in float32): a failing case of its own kind (``raised``), a finding about the sampler, not an
     error of the run. Every other edge check passes."""
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the finding is pinned to the release CI installs (5.24.0)")
     run = _run(target, ["edge/*"])
     verdicts = {r.case_id: r for r in run.results}
@@ -302,7 +302,7 @@ def test_finding_prompt_lookup_proposes_more_candidates_than_max_length_leaves_r
 
 @pytest.mark.slow
 def test_finding_prompt_lookup_overshoots_max_new_tokens_without_the_loop_crop(target, monkeypatch):
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the mutant is written against the release CI installs (5.24.0)")
     from transformers.generation import candidate_generator
 
@@ -319,7 +319,7 @@ def test_finding_prompt_lookup_overshoots_max_new_tokens_without_the_loop_crop(t
 def test_finding_prompt_lookup_overshoot_fails_the_sampling_case_too(target, monkeypatch):
     """``do_sample=True`` returns the extra token as well: the sampling case sees an output longer than its
     horizon as a certain violation (it used to crop it), and passes with the one-line patch."""
-    if target.library["version"] != "5.24.0":
+    if target.library.version != "5.24.0":
         pytest.skip("the mutant is written against the release CI installs (5.24.0)")
     from transformers.generation import candidate_generator
 
@@ -336,8 +336,8 @@ def test_a_processed_fixture_where_top_p_removes_nothing_is_refused_when_built()
     """The earlier processing (T 0.7, top-k 3, top-p 0.9) never let top-p remove a token on the 6-token
     model: building a case with it fails, so the top-p path cannot go untested unnoticed."""
     from specwatch.sampling import Processing
+    from specwatch.targets.base import AdapterError
     from specwatch.targets.transformers.adapter import PROCESSING_ON
-    from specwatch.targets.transformers.bindings import AdapterError
     from specwatch.targets.transformers.experiments import GenerateExperiment
 
     adapter = TransformersAdapter.load()

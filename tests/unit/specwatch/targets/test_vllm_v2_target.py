@@ -18,7 +18,7 @@ import pytest
 from specwatch.cases import DIRECT_CASES, select
 from specwatch.protocol import Failure, Verdict
 from specwatch.runner import SuiteConfig, run_suite
-from specwatch.targets import resolve
+from specwatch.targets.loader import resolve
 from specwatch.targets.vllm.bindings_v2 import INTERPRETER_PROBE_TRIALS, DraftLogits, RejectionSampleV2Api, v2_cases
 
 pytestmark = [
@@ -50,7 +50,7 @@ def _failures(run):
 
 
 def test_the_build_identity_says_the_kernels_run_in_triton_s_interpreter(target):
-    kernels = target.library["kernels"]
+    kernels = target.library.details["kernels"]
     assert "interpreter" in kernels
     assert "TRITON_INTERPRET=1" in kernels
     assert "libdevice.log1p" in kernels
