@@ -45,6 +45,7 @@ OUTPUT_TITLE_MAX = 255
 #: A status's check-run conclusion; the pending statuses (``pending``, ``confirming``) post no check run.
 CONCLUSIONS = {
     "success": "success",
+    "fixed": "success",
     "not-confirmed": "success",
     "failure": "failure",
     "confirmed": "failure",
@@ -118,10 +119,10 @@ def reproduce_command(target: Target, run: Run) -> list[str]:
     suite_args = list((run.result_header or {}).get("suite_args") or [])
     kept: list[str] = []
     skip = False
-    for arg in suite_args:  # --attempt: a confirmation's fresh seeds, which check does not take
+    for arg in suite_args:  # --attempt, --replay: a confirmation's fresh seeds and replays, which check does not take
         if skip:
             skip = False
-        elif arg == "--attempt":
+        elif arg in ("--attempt", "--replay", "--replay-attempt"):
             skip = True
         else:
             kept.append(str(arg))

@@ -71,6 +71,7 @@ STATUSES = {
     "confirmed": ("failure", "run failed, confirmed by a rerun with fresh seeds"),
     "not-confirmed": ("success", "passed: the first run's rejection was not confirmed by a rerun"),
     "unconfirmable": ("error", "run failed; the confirmation run could not test this commit"),
+    "fixed": ("success", "run passed; fixed here: cases of an alert pass again"),
 }
 
 

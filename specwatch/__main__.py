@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--epsilon", type=_positive_float, default=None, help="TV distance to detect (overrides cases)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--attempt", type=int, default=0)
+    run.add_argument(
+        "--replay",
+        action="append",
+        default=[],
+        metavar="CASE",
+        help="run this case first with --replay-attempt's seeds (an earlier run's inputs), then with its own (repeatable)",
+    )
+    run.add_argument("--replay-attempt", type=int, default=0, help="the seed attempt whose inputs --replay replays (default 0)")
     run.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
     run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
@@ -104,6 +112,8 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
         quick=args.quick,
         seed=args.seed,
         attempt=args.attempt,
+        replay=frozenset(args.replay),
+        replay_attempt=args.replay_attempt,
         device=args.device,
         max_trials=args.max_trials,
         time_budget_s=args.time_budget,

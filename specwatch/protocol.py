@@ -22,11 +22,13 @@ from typing import Any
 #: is a failing case (``failure: raised``), no longer an error. 3: ``acceptance.per_trial_max``, the range
 #: [0, per_trial_max] of one trial's accepted drafts (None: the case does not measure acceptance). 4: the early
 #: pass (docs/statistics.md §7a): checks carry ``pass_log_statistic`` and ``passed_at``, cases ``early_pass`` and
-#: ``pass_threshold``, runs ``early_pass_beta``.
-RESULT_SCHEMA = 4
+#: ``pass_threshold``, runs ``early_pass_beta``. 5: a case replayed with an earlier run's inputs carries ``replay``
+#: (what that replay found, before the case ran with this run's own seeds).
+RESULT_SCHEMA = 5
 #: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None); a
-#: schema-3 result is a schema-4 one without the early pass (it ran every passing case to its cap).
-READABLE_SCHEMAS = (2, 3, RESULT_SCHEMA)
+#: schema-3 result is a schema-4 one without the early pass (it ran every passing case to its cap); a schema-4 result
+#: is a schema-5 one that replayed nothing.
+READABLE_SCHEMAS = (2, 3, 4, RESULT_SCHEMA)
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
 
@@ -123,6 +125,41 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """A case run again with an earlier run's inputs (its seed attempt: the same prompts, uniforms and draws) before
+    it ran with this run's own: does the counterexample that run found (a certain violation, greedy != assisted,
+    the target raising) come back? ``certain``: the layers with a certain violation in the replay; ``reason``: the
+    replay's reason (the counterexample in words)."""
+
+    attempt: int
+    seed: int
+    verdict: Verdict
+    failure: Failure | None
+    certain: tuple[str, ...]
+    reason: str
+    n_trials: int
+
+    @classmethod
+    def of(cls, result: CaseResult) -> Replay:
+        """What ``result`` (the case run with the earlier run's seeds) found."""
+        return cls(result.attempt, result.seed, result.verdict, result.failure, result.certain, result.reason, result.n_trials)
+
+    @classmethod
+    def from_json(cls, data: Any, case: str) -> Replay:
+        replay = _fields(cls, data, f"{case} replay")
+        try:
+            failure = replay.get("failure")
+            typed = {
+                "verdict": Verdict(replay["verdict"]),
+                "failure": None if failure is None else Failure(failure),
+                "certain": tuple(str(layer) for layer in replay["certain"]),
+            }
+            return cls(**(replay | typed))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultSchemaError(f"{case} replay: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
 class CaseResult:
     case_id: str
     family: str
@@ -164,6 +201,8 @@ class CaseResult:
     early_pass: bool = False
     #: 1 / beta_pass, the level a check's pass statistic must reach; None: the run had no early pass.
     pass_threshold: float | None = None
+    #: The case replayed with an earlier run's inputs before this run's own (None: not replayed).
+    replay: Replay | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,6 +230,7 @@ class CaseResult:
                 "checks": tuple(_check(c, name) for c in case.get("checks", ())),
                 "failure": None if failure is None else Failure(failure),
                 "certain": tuple(str(layer) for layer in case.get("certain", ())),
+                "replay": None if case.get("replay") is None else Replay.from_json(case["replay"], name),
             }
             return cls(**(case | typed))
         except ResultSchemaError:

@@ -12,7 +12,7 @@ import platform
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -25,7 +25,7 @@ from specwatch.cases import Case
 from specwatch.evidence import CaseEvidence, case_result, designed_checks, passed_early
 from specwatch.experiments import Experiment
 from specwatch.laws import validate_law
-from specwatch.protocol import Acceptance, CaseResult, LibraryIdentity, RunResult, Verdict, run_verdict
+from specwatch.protocol import Acceptance, CaseResult, LibraryIdentity, Replay, RunResult, Verdict, run_verdict
 from specwatch.sampling import Sampler, TargetRaised
 from specwatch.stats import (
     plan_test,
@@ -62,6 +62,10 @@ class SuiteConfig:
     #: (docs/statistics.md §7a): a bug of size >= epsilon is then missed with probability <= beta + early_pass_beta.
     early_pass: bool = True
     early_pass_beta: float = 1e-3
+    #: Cases run first with the seeds of attempt ``replay_attempt`` (an earlier run's inputs), then with this run's:
+    #: a counterexample that run found is replayed before fresh inputs are drawn (the result's ``replay``).
+    replay: frozenset[str] = frozenset()
+    replay_attempt: int = 0
 
     def epsilon_for(self, case: Case) -> float:
         if self.epsilon is not None:
@@ -178,6 +182,27 @@ def validate_laws(experiment: Experiment) -> None:
 
 
 def run_case(
+    case: Case,
+    experiment: Experiment,
+    config: SuiteConfig,
+    tests_in_run: int,
+    *,
+    index: int = 0,
+    total: int = 1,
+    progress: ProgressCallback | None = None,
+) -> CaseResult:
+    """:func:`run_case_once` with this run's seeds, after a replay with attempt ``config.replay_attempt``'s seeds when the
+    case is in ``config.replay`` (the same inputs as that run: the same draws, prompts and uniforms, so a
+    deterministic counterexample comes back), recorded in the result's ``replay``."""
+    replay = None
+    if case.id in config.replay and config.replay_attempt != config.attempt:
+        earlier = replace(config, attempt=config.replay_attempt, replay=frozenset())
+        replay = Replay.of(run_case_once(case, experiment, earlier, tests_in_run, index=index, total=total, progress=progress))
+    result = run_case_once(case, experiment, config, tests_in_run, index=index, total=total, progress=progress)
+    return result if replay is None else replace(result, replay=replay)
+
+
+def run_case_once(
     case: Case,
     experiment: Experiment,
     config: SuiteConfig,

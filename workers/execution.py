@@ -78,6 +78,13 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _replay_args(claim: RunSpec) -> tuple[str, ...]:
+    """``--replay CASE`` per counterexample of a confirmation's parent, and the parent's seed attempt."""
+    if not claim.replay:
+        return ()
+    return (*(arg for case_id in claim.replay for arg in ("--replay", case_id)), "--replay-attempt", str(claim.replay_attempt))
+
+
 def run_seed(sha: str) -> int:
     """The run seed of a commit: its first 60 bits (of the SHA-256 of a release's ``release:<version>``).
     Same commit, same seeds: every result is reproducible."""
@@ -272,8 +279,9 @@ def _suite_command(
     return SuiteCommand(
         python=settings.suite_python,
         target=claim.adapter,
-        # A confirmation run draws fresh seeds: the suite derives them from (seed, case, attempt).
-        suite_args=(*profile.suite_args, *(("--attempt", str(claim.seed_attempt)) if claim.seed_attempt else ())),
+        # A confirmation run draws fresh seeds (the suite derives them from (seed, case, attempt)), after replaying
+        # its parent's counterexamples with the parent's.
+        suite_args=(*profile.suite_args, *(("--attempt", str(claim.seed_attempt)) if claim.seed_attempt else ()), *_replay_args(claim)),
         seed=run_seed(claim.sha),
         device=device,
         python_path=python_path,

@@ -186,7 +186,9 @@ def slack_message(
         AlertKind.uninstallable: "Could not install",
         AlertKind.configuration: "Configuration error",
     }[alert.kind]
-    verb = {"resolved": "Resolved", "reopened": "Reopened", "fixed": "Partly fixed"}.get(event, "")
+    verb = {"resolved": "Resolved", "reopened": "Reopened", "fixed": "Partly fixed", "fix-located": "First good commit found"}.get(
+        event, ""
+    )
     # plain_text: Slack parses nothing in it, so it is only cut.
     if regressions:
         kind = f"Regression of a fixed known finding ({kind.lower()})"
@@ -214,6 +216,10 @@ def slack_message(
     if event == "resolved":
         blocks.append({"type": "section", "text": _md("The previously failing cases pass again on a later commit.")})
         blocks.extend(_sections(_fixed_lines(alert), MAX_BLOCKS - 6))
+    elif event == "fix-located":
+        note = "A first-good-commit search over the commits that were not tested found where these cases pass again first."
+        blocks.append({"type": "section", "text": _md(note)})
+        blocks.extend(_sections(_fixed_lines(alert, fixed), MAX_BLOCKS - 7))
     elif event == "fixed":
         still = [e for e in alert_entries(alert.cases) if not isinstance(e.get("fixed_sha"), str)]
         blocks.extend(_sections(_fixed_lines(alert, fixed), MAX_BLOCKS - 7))
@@ -249,8 +255,9 @@ def _fixed_lines(alert: Alert, cases: Collection[str] | None = None) -> list[str
 
 
 def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str, *, about: Sequence[str] = ()) -> int:
-    """An outbox row for Slack about ``alert`` (``opened``, ``resolved``, ``reopened``, or ``fixed``: its cases
-    ``about`` pass again while others still fail); 0 when Slack is not configured.
+    """An outbox row for Slack about ``alert`` (``opened``, ``resolved``, ``reopened``, ``fixed``: its cases
+    ``about`` pass again while others still fail, or ``fix-located``: a search found where they were fixed first); 0
+    when Slack is not configured.
 
     The dedup key names the alert's life (its reopen count after the first): a reopened alert's next
     resolution is a new message, not a duplicate of the first one; a ``fixed`` message names its cases.

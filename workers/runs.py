@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.models import FINISHED_STATUSES, CaseResult, InstallMode, Run, RunStatus, Verdict
+from service.models import FINISHED_STATUSES, CaseResult, InstallMode, Run, RunPurpose, RunStatus, Verdict
 from specwatch import protocol as suite
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ _CASE_DETAIL_FIELDS = (
     # schema 4: the early pass (its per-check statistic and trials are in ``checks``)
     "early_pass",
     "pass_threshold",
+    # schema 5: a counterexample replayed with the earlier run's inputs (a confirmation run's)
+    "replay",
 )
 
 
@@ -67,6 +69,9 @@ class RunSpec:
     adapter: str
     install_mode: InstallMode
     seed_attempt: int = 0  # the suite's --attempt: fresh seeds for a confirmation run
+    #: A confirmation run's cases to replay first with the seeds of ``replay_attempt`` (its parent's): its counterexamples.
+    replay: tuple[str, ...] = ()
+    replay_attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,23 @@ def claim_run(session: Session, run_id: int, *, worker: str, now: datetime, leas
         adapter=target.adapter,
         install_mode=target.install_mode,
         seed_attempt=run.seed_attempt,
+        **_replay(session, run),
     )
+
+
+def _replay(session: Session, run: Run) -> dict[str, Any]:
+    """A confirmation run replays its parent's counterexamples first: the failing cases of the parent's triage whose
+    result holds a certain violation (an impossible token, greedy != assisted), with the parent's seed attempt, the
+    same inputs, before its own fresh seeds (issue 37: a counterexample found once was never tried again)."""
+    parent = session.get(Run, run.parent_run_id) if run.parent_run_id is not None and run.purpose is RunPurpose.confirmation else None
+    if parent is None:
+        return {}
+    failing = [str(c) for c in (parent.analysis or {}).get("failing") or []]
+    rows: list[CaseResult] = []
+    if failing:
+        rows = list(session.scalars(select(CaseResult).where(CaseResult.run_id == parent.id, CaseResult.case_id.in_(failing))))
+    replay = sorted(row.case_id for row in rows if row.verdict is Verdict.FAIL and (row.details or {}).get("certain"))
+    return {"replay": tuple(replay), "replay_attempt": parent.seed_attempt} if replay else {}
 
 
 def _gave_up(run: Run, now: datetime) -> str:

@@ -55,10 +55,12 @@ class TestedEntry(TypedDict):
     # first such commit known, by sha and branch position.
     fixed_sha: NotRequired[str]
     fixed_order: NotRequired[int]
-    # Set once a rerun with fresh seeds confirmed it: which check (or "certain violation") and the rerun's figures.
+    # Set once a rerun with fresh seeds confirmed it: which check (or "certain violation", or "counterexample
+    # replayed") and the rerun's figures; ``replay``: the counterexample that came back with the first run's inputs.
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
     confirmation_verdict: NotRequired[str]
+    replay: NotRequired[str]
 
 
 @with_config(_STRICT)

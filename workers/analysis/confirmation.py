@@ -18,7 +18,16 @@ from service.models import AlertKind, AlertState, CaseResult, Run, RunStatus, Ve
 from service.models.entries import RAISED, FailureEntry
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
-from workers.analysis.decisions import CONFORMANCE, LOSSLESS, CheckEvidence, RunEvidence, Signature, confirmation, signatures_differ
+from workers.analysis.decisions import (
+    CONFORMANCE,
+    LOSSLESS,
+    REPLAYED,
+    CheckEvidence,
+    RunEvidence,
+    Signature,
+    confirmation,
+    signatures_differ,
+)
 from workers.analysis.state import RunAnalysis, load_analysis
 from workers.analysis.triage import FailureReason, entry, failure_alert_spans, failure_reason, raised, signatures_of, superseding
 from workers.notify import queue_commit_status
@@ -47,7 +56,9 @@ def evidence(case: CaseResult | None) -> RunEvidence | None:
     certain = set(details.get("certain") or [])
     if "certain" not in details and case.log_e_value is None and case.verdict is Verdict.FAIL:
         certain.add(failure_reason(case))  # schema 1: log E None marked a certain violation of the failed layer
-    return RunEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case))
+    replay = details.get("replay")
+    replayed = frozenset(str(layer) for layer in replay.get("certain") or []) if isinstance(replay, dict) else frozenset[str]()
+    return RunEvidence(case.threshold, tuple(checks), frozenset(certain), raised=raised(case), replayed=replayed)
 
 
 def failed_layers(case: CaseResult) -> list[FailureReason]:
@@ -76,6 +87,9 @@ def _confirmed_entries(parent: Run, first: dict[str, CaseResult], again: dict[st
             found["confirmed_by"] = confirmed_by
             found["confirmation_log_e_value"] = again[case_id].log_e_value
             found["confirmation_verdict"] = again[case_id].verdict.value
+            replay = (again[case_id].details or {}).get("replay")
+            if confirmed_by == REPLAYED and isinstance(replay, dict) and found["reason"] != RAISED:
+                found["replay"] = f"seed {replay.get('seed')}: {str(replay.get('reason', ''))[:300]}"
             entries.append(found)
             break
     return entries

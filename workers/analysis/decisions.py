@@ -20,6 +20,8 @@ from specwatch.protocol import Layer
 #: The layers a case can fail in (an alert entry's reason: the suite's :class:`~specwatch.protocol.Layer`), beside
 #: ``RAISED``: the target itself raised.
 LOSSLESS, CONFORMANCE = Layer.LOSSLESS, Layer.CONFORMANCE
+#: What confirmed a certain violation whose counterexample came back with the first run's inputs.
+REPLAYED = "counterexample replayed"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class RunEvidence:
     checks: tuple[CheckEvidence, ...] = ()
     certain: frozenset[str] = frozenset()  # layers with an observation impossible under the exact law
     raised: bool = False  # the target raised on a valid input
+    #: Layers with a certain violation when the case was first replayed with the earlier run's inputs (its seeds).
+    replayed: frozenset[str] = frozenset()
 
     @property
     def log_threshold(self) -> float:
@@ -64,8 +68,11 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
     - a check of ``layer`` that rejected in both runs (running maxima past T1 and T2): by Ville's inequality
       and independence at most 1 / (T1 T2).
     A certain violation in ``first`` (stopped e-value None) is not an infinite factor: it is confirmed only by
-    a certain violation of ``layer`` in the rerun or a check of ``layer`` rejecting there on its own (running
-    maximum or stopped e-value past T2); a clean rerun confirms nothing.
+    its counterexample coming back when the rerun replays the case with ``first``'s inputs (``again.replayed``:
+    the same seeds, so the same prompts and draws; a certain violation is impossible under the null whatever the
+    inputs, so this adds nothing to the bound below), by a certain violation of ``layer`` with the rerun's fresh
+    inputs, or by a check of ``layer`` rejecting there on its own (running maximum or stopped e-value past T2); a
+    clean rerun confirms nothing.
     Under the null of ``layer`` an alert of a case is thus confirmed with probability at most
     2 m_L / (T1 T2), m_L being the case's checks of that layer; with T = m / alpha (m >= m_L checks in the
     run) at most 2 alpha^2 / m per case. References: Ville 1939; Vovk & Wang 2021 (products of independent
@@ -73,8 +80,15 @@ def confirmation(first: RunEvidence, again: RunEvidence, layer: str) -> str | No
     """
     if layer == RAISED:
         return "raised again" if again.raised else None
+    if layer in first.certain and layer in again.replayed:
+        return REPLAYED
     if layer in again.certain:
         return "certain violation"
+    return _confirming_check(first, again, layer)
+
+
+def _confirming_check(first: RunEvidence, again: RunEvidence, layer: str) -> str | None:
+    """The check of ``layer`` whose evidence in ``again`` confirms ``first``'s (:func:`confirmation`), if any."""
     before = {c.name: c for c in first.checks if c.layer == layer}
     budget = first.log_threshold + again.log_threshold
     for check in again.checks:
@@ -231,6 +245,29 @@ def bisect(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> Bis
         return Bisection(first_bad=commits[first_bad_index], next_to_test=None, last_good=last_good)
     middle = untested[(len(untested) - 1) // 2]
     return Bisection(first_bad=None, next_to_test=commits[middle], last_good=last_good)
+
+
+@dataclass(frozen=True)
+class FixBisection:
+    """The state of a first-good-commit search: where a failing case passes again first."""
+
+    first_good: str | None  # known once the last bad commit is directly followed by a good one
+    next_to_test: str | None
+    last_bad: str | None
+
+
+_FLIPPED = {CommitOutcome.GOOD: CommitOutcome.BAD, CommitOutcome.BAD: CommitOutcome.GOOD, CommitOutcome.UNKNOWN: CommitOutcome.UNKNOWN}
+
+
+def bisect_fix(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome]) -> FixBisection:
+    """Next commit to test between the newest bad commit before the newest good one and the first good after it.
+
+    The mirror of :func:`bisect` (a fix is the first commit of a streak of passes, as a regression is the first of a
+    streak of failures): ``commits`` in branch order end with the commit where the failure was seen fixed, and the
+    same rules hold with good and bad exchanged (midpoints, git-bisect's rule; unknown commits not retested).
+    """
+    found = bisect(commits, {sha: _FLIPPED[outcome] for sha, outcome in outcomes.items()})
+    return FixBisection(first_good=found.first_bad, next_to_test=found.next_to_test, last_bad=found.last_good)
 
 
 def _last(commits: Sequence[str], outcomes: Mapping[str, CommitOutcome], outcome: CommitOutcome, end: int) -> str | None:

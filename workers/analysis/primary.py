@@ -13,7 +13,9 @@
    bisection at once.
 4. Passing cases are checked for acceptance drift; a drift is bisected from the newest passing commit, unless
    the run's failing cases own its bisection (then the drift alert names this commit).
-5. A run that is not broken resolves the branch's alerts whose cases pass again; one that installed resolves
+5. A run that is not broken resolves the branch's alerts whose cases pass again (each case fixed at its commit, or at
+   the first good commit a search finds among skipped ones; a passing run's commit status then says "fixed here");
+   one that installed resolves
    the uninstallable alerts of its commit and the commits before it; one that got past its checkout resolves the
    target's configuration alert.
 6. Known findings: the latest run each explained a failure of, and the findings this run sees fixed (their cases
@@ -73,7 +75,9 @@ def analyse_primary(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analy
             start_bisection(ctx, run, AlertKind.performance, drifting, analysis, confirmation=None, after=baseline.commit)
         else:  # the failing cases' search owns this run's bisection
             open_alert(ctx, run, AlertKind.performance, commit, drifting)
-    _resolve(ctx, run, cases)
+    fixed = _resolve(ctx, run, cases, analysis)
+    if fixed and state == "success":  # the commit status says the commit fixed an alert's cases (a newer status)
+        report.notifications += queue_commit_status(session, config.notify, run, "fixed")
     record_findings(ctx, run, cases, analysis)
 
 
@@ -95,12 +99,13 @@ def _triage(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: Run
     return kind
 
 
-def _resolve(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
-    if run.status not in (RunStatus.error, RunStatus.uninstallable):
-        resolve_recovered(ctx, run, cases)
+def _resolve(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> list[str]:
+    """Resolve what ``run`` shows recovered; the alerts' cases fixed at its commit."""
+    fixed = resolve_recovered(ctx, run, cases, analysis) if run.status not in (RunStatus.error, RunStatus.uninstallable) else []
     if run.infrastructure_error:  # it tested nothing: it resolves nothing
-        return
+        return fixed
     if run.status is not RunStatus.uninstallable:
         resolve_installed(ctx, run)
     if not run.configuration_error:
         target_configured(ctx, run)
+    return fixed

@@ -13,7 +13,8 @@ from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run
 from service.models.entries import AlertEntry, alert_entries
 from workers.analysis.context import Analysis, load_cases
 from workers.analysis.drift import still_drifting
-from workers.analysis.triage import raised
+from workers.analysis.fixes import fails_again, start_fix_search
+from workers.analysis.state import RunAnalysis
 from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
@@ -34,21 +35,6 @@ def recovered(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> bool:
     return True
 
 
-def _fails_again(entry: AlertEntry, case: CaseResult | None) -> bool:
-    """Does ``case`` fail the way ``entry`` says its case failed (its reason; a drift drifting still)?"""
-    if case is None:
-        return False
-    if entry["reason"] == "drift":
-        return case.verdict is Verdict.FAIL or still_drifting(entry, case)
-    if case.verdict is not Verdict.FAIL:
-        return False
-    return (
-        entry["reason"] == "conformance"
-        or (entry["reason"] == "lossless" and case.lossless is False)
-        or (entry["reason"] == "raised" and raised(case))
-    )
-
-
 def fixed_at(entry: AlertEntry) -> tuple[str, int] | None:
     """The commit (sha, branch position) at which ``entry``'s case was seen fixed; None while it is not."""
     sha, order = entry.get("fixed_sha"), entry.get("fixed_order")
@@ -67,22 +53,24 @@ def track_fixes(alert: Alert, run: Run, cases: dict[str, CaseResult]) -> list[st
     for typed, entry in zip(before, entries, strict=True):
         case = cases.get(typed["case_id"])
         at = fixed_at(typed)
-        if case is not None and case.verdict is Verdict.PASS and not _fails_again(typed, case):
+        if case is not None and case.verdict is Verdict.PASS and not fails_again(typed, case):
             if at is None or order < at[1]:
                 if at is None:
                     fixed.append(typed["case_id"])
                 entry["fixed_sha"], entry["fixed_order"] = commit.sha, order
-        elif at is not None and order >= at[1] and _fails_again(typed, case):
+        elif at is not None and order >= at[1] and fails_again(typed, case):
             del entry["fixed_sha"], entry["fixed_order"]  # it came back: not fixed after all
     if entries != [dict(e) for e in before]:
         alert.cases = alert_entries(entries)
     return fixed
 
 
-def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> None:
+def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult], analysis: RunAnalysis) -> list[str]:
     """Track the fixes of the open alerts' cases of the branch, begun before this commit (:func:`track_fixes`);
-    announce each case fixed here, and resolve an alert once its last case is fixed (a broken commit's alert: once
-    a later commit is not broken)."""
+    announce each case fixed here, search the first good commit where commits before this one were skipped
+    (:mod:`workers.analysis.fixes`), and resolve an alert once its last case is fixed (a broken commit's alert: once
+    a later commit is not broken). The cases fixed here."""
+    fixed_here: list[str] = []
     for alert in open_alerts(ctx.session, run.commit, at_commit=False, lock=True):
         if alert.kind is AlertKind.uninstallable:
             continue
@@ -91,11 +79,15 @@ def resolve_recovered(ctx: Analysis, run: Run, cases: dict[str, CaseResult]) -> 
                 resolve(ctx, alert, run)
             continue
         fixed = track_fixes(alert, run, cases)
+        fixed_here += fixed
+        if fixed:
+            start_fix_search(ctx, run, analysis, alert, fixed)
         if all(fixed_at(e) for e in alert_entries(alert.cases)):
             resolve(ctx, alert, run)
         elif fixed:
             ctx.report.notifications += queue_alert_message(ctx.session, ctx.config.notify, alert, "fixed", about=fixed)
             log.info("alert_cases_fixed alert_id=%s cases=%s at=%s", alert.id, fixed, run.commit.sha)
+    return fixed_here
 
 
 def catch_up_fixes(ctx: Analysis, alert: Alert) -> None:

@@ -18,6 +18,7 @@ from workers.analysis.bisection import continue_bisection
 from workers.analysis.confirmation import analyse_confirmation
 from workers.analysis.context import Analysis, AnalysisConfig, AnalysisReport, load_cases, lock_run
 from workers.analysis.decisions import classify
+from workers.analysis.fixes import continue_fix_searches
 from workers.analysis.primary import analyse_primary
 from workers.analysis.state import RunAnalysis, store_analysis
 from workers.analysis.triage import case_outcomes
@@ -46,6 +47,7 @@ def analyse(session: Session, run_id: int, *, config: AnalysisConfig, now: datet
         analyse_confirmation(ctx, run, cases, analysis)
     else:
         continue_bisection(ctx, run)
+        continue_fix_searches(ctx, run)
     store_analysis(run, analysis)
     run.analysed_at = now
     session.flush()

@@ -53,6 +53,22 @@ class BisectionState(BaseModel):
         return self.model_dump(mode="json")
 
 
+class FixSearch(BaseModel):
+    """A first-good-commit search (:func:`workers.analysis.decisions.bisect_fix`), stored with the run that saw the
+    ``cases`` of alert ``alert_id`` fixed: between the newest commit where they failed and that run's commit, runs
+    were skipped (a policy other than ``every``). ``first_good``/``last_bad``: the answer once ``done``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alert_id: int
+    cases: tuple[str, ...]
+    runs: int = 0
+    done: bool = False
+    next: str | None = None
+    first_good: str | None = None
+    last_bad: str | None = None
+
+
 class RunAnalysis(BaseModel):
     """What the analysis decided about one run.
 
@@ -64,7 +80,8 @@ class RunAnalysis(BaseModel):
     ``unchanged_cases``: seeded outputs equal to the
     previous tested run's; ``confirmation_run_id``: the rerun queued to confirm it; ``drift``: passing cases whose
     acceptance drifted. For a confirmation run: ``confirmed``, the parent's cases it confirmed (False: it had no
-    parent), and ``confirmed_kind``. ``bisection``: the search this run started, when it found the failure.
+    parent), and ``confirmed_kind``. ``bisection``: the search this run started, when it found the failure;
+    ``fix_searches``: those it started for the cases it saw fixed.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -82,6 +99,9 @@ class RunAnalysis(BaseModel):
     confirmed: list[str] | Literal[False] | None = None
     confirmed_kind: AlertKind | None = None
     bisection: BisectionState | None = None
+    #: The first-good-commit searches this run started (it saw cases fixed after skipped commits). Added without a
+    #: version bump: an analysis stored before it reads as one that started none.
+    fix_searches: list[FixSearch] = []
 
     def dump(self) -> dict[str, Any]:
         """The analysis as stored (JSON)."""

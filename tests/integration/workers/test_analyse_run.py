@@ -28,6 +28,7 @@ from service.models import (
     Target,
     Verdict,
 )
+from tests.support.http_fakes import block_kit_problems
 from tests.support.toy_target import ADAPTER, BROKEN_IMPORT, CORRECT, SWAPPED_RESIDUAL, ToyRepo
 from tests.support.workers import clear_caches
 
@@ -302,3 +303,90 @@ def test_an_acceptance_drift_is_bisected_to_its_first_commit(factory: sessionmak
         assert {session.get_one(Run, run_id).purpose for run_id in extra} == {RunPurpose.bisection}
     (message,) = slack_rows(factory)
     assert (message.event, message.alert_id) == ("opened", alert.id)
+
+
+# A bug that shows for some inputs only (as greedy != assisted on one prompt): the sampler emits an impossible token in
+# the trials drawn with the commit's own seeds (attempt 0, read from the suite's --seed), never with fresh ones.
+ONE_INPUT_BUG = CORRECT.replace(
+    "import torch\n",
+    "import sys\n\nimport torch\n\nfrom specwatch.runner import derive_seed\n\n"
+    "_SEED = int(sys.argv[sys.argv.index('--seed') + 1]) if '--seed' in sys.argv else None\n"
+    "_FIRST = {derive_seed(_SEED, c, 0) for c in ('direct/far_apart/V8/g1', 'direct/far_apart/V8/g3')} if _SEED is not None else set()\n",
+    1,
+).replace(
+    "    return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=n_accepted)\n",
+    "    if generator.initial_seed() in _FIRST:\n        tokens[0, n_accepted[0]] = p.shape[1]\n"
+    "    return SpecOutput(drafts=drafts, tokens=tokens, n_accepted=n_accepted)\n",
+    1,
+)
+
+
+def test_a_counterexample_is_replayed_with_the_first_runs_inputs_before_fresh_ones(
+    factory: sessionmaker[Session], toy_repo: ToyRepo
+) -> None:
+    """Issue 37: the confirmation run replays each case whose first run found a certain violation with that run's
+    seeds (the same inputs) before drawing its own. The fresh inputs pass, the replayed ones fail the same way: the
+    alert is confirmed by the counterexample coming back, where a fresh-only confirmation dropped it."""
+    assert ONE_INPUT_BUG.count("_FIRST") == 2  # both replacements took
+    sha = toy_repo.commit(ONE_INPUT_BUG, "A sampler wrong on some inputs")
+    _, (run_id,) = record(factory, toy_repo, [sha], tested=[sha])
+
+    drive([run_id])
+
+    with factory() as session:
+        first = {c.case_id: c for c in session.get_one(Run, run_id).case_results}
+        confirmation = session.scalars(select(Run).where(Run.parent_run_id == run_id, Run.purpose == RunPurpose.confirmation)).one()
+        assert {c: (r.verdict, r.details["certain"]) for c, r in first.items()} == {c: (Verdict.FAIL, ["lossless"]) for c in first}
+        args = confirmation.result_header["suite_args"]
+        assert args[args.index("--attempt") :] == [
+            "--attempt",
+            "1",
+            *[a for c in sorted(first) for a in ("--replay", c)],
+            "--replay-attempt",
+            "0",
+        ]
+        for again in confirmation.case_results:
+            replay = again.details["replay"]
+            assert again.verdict is Verdict.PASS  # fresh inputs: nothing wrong
+            assert (replay["attempt"], replay["seed"], replay["verdict"], replay["certain"]) == (
+                0,
+                first[again.case_id].seed,
+                "fail",
+                ["lossless"],
+            )
+            assert replay["reason"] == first[again.case_id].details["reason"]
+    (alert,) = alerts(factory)
+    assert (alert.kind, alert.confirmed) == (AlertKind.violation, True)
+    assert {e["case_id"]: e["confirmed_by"] for e in alert.cases} == dict.fromkeys(first, "counterexample replayed")
+    assert all(e["replay"].startswith(f"seed {first[e['case_id']].seed}: ") for e in alert.cases)
+
+
+def test_a_fix_after_skipped_commits_is_bisected_to_its_first_good_commit(factory: sessionmaker[Session], toy_repo: ToyRepo) -> None:
+    """Issue 37: with the head policy a push of several commits tests its head only; the head passing shows the alert's
+    cases fixed, but where? A first-good-commit search (the mirror of the first-bad one) tests the skipped commits'
+    midpoints and moves the cases' fixed_sha, and the alert's resolving commit, to the first commit that passes."""
+    good = toy_repo.commit(CORRECT, "base")
+    bad = toy_repo.commit(SWAPPED_RESIDUAL, "Simplify the residual")
+    push = [toy_repo.commit(SWAPPED_RESIDUAL if i < 2 else CORRECT, f"commit {i}") for i in range(5)]  # push[2] fixes it
+    commit_ids, (good_run, bad_run, head_run) = record(factory, toy_repo, [good, bad, *push], tested=[good, bad, push[-1]])
+    drive([good_run, bad_run])
+    (alert,) = alerts(factory)
+    assert (alert.state, alert.first_bad_commit_id) == (AlertState.open, commit_ids[bad])
+
+    extra = drive([head_run])[1:]
+
+    (alert,) = alerts(factory)
+    assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, commit_ids[push[2]])
+    assert {e["case_id"]: e["fixed_sha"] for e in alert.cases} == {e["case_id"]: push[2] for e in alert.cases}
+    with factory() as session:
+        purposes = {session.get_one(Run, run_id).purpose for run_id in extra}
+        search = session.get_one(Run, head_run).analysis["fix_searches"]
+    assert purposes == {RunPurpose.bisection}
+    assert len(extra) <= math.ceil(math.log2(4 + 1))  # 4 untested commits between the last failing one and the head
+    assert [(s["done"], s["first_good"], s["last_bad"], s["runs"]) for s in search] == [(True, push[2], push[1], len(extra))]
+    assert [(n.event, n.alert_id) for n in slack_rows(factory)] == [("opened", alert.id), ("resolved", alert.id), ("fix-located", alert.id)]
+    assert block_kit_problems(slack_rows(factory)[-1].payload) == []
+    located = slack_rows(factory)[-1].payload["text"]
+    assert located.startswith("First good commit found: Losslessness violation in toy")
+    assert f"fixed at `{push[2][:12]}`" in str(slack_rows(factory)[-1].payload["blocks"])
+    print(f"fix bisection: 4 skipped commits, first good = the third, after {len(extra)} runs")

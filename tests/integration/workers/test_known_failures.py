@@ -464,3 +464,26 @@ def test_the_replayed_history_alerts_each_bug_at_its_commit_and_each_fix(backend
             commits[2].sha,
         )
         assert (new.state, new.resolved_by_commit_id) == (AlertState.resolved, commits[2].id)
+
+
+def test_the_commit_status_of_a_passing_fix_says_fixed_here(backend_factory: sessionmaker[Session]) -> None:
+    """Issue 37: a fix is an event on the commit too. The passing run that fixes an alert's last cases posts the status
+    "fixed" (success, "fixed here") after its plain "success"; a failing run that fixes some cases keeps "failure"."""
+    config = AnalysisConfig(confirm_failures=False, notify=NotifyConfig(github=True))
+    with session_scope(backend_factory) as session:
+        commits = _commits(session, "lib-fix-status", 4)
+        runs = []
+        for commit, failing in zip(commits, [set(), {A, B}, {B}, set()], strict=True):  # each commit's run analysed in turn
+            runs.append(_run(session, commit, failing))
+            analyse(session, runs[-1], config=config, now=NOW)
+        statuses = session.scalars(select(Notification).where(Notification.channel == "github").order_by(Notification.id)).all()
+        by_run = {run_id: [(n.event, n.payload["state"]) for n in statuses if n.run_id == run_id] for run_id in runs}
+        assert by_run == {
+            runs[0]: [("success", "success")],
+            runs[1]: [("failure", "failure")],
+            runs[2]: [("failure", "failure")],  # A fixed here, B still failing: the commit still fails
+            runs[3]: [("success", "success"), ("fixed", "success")],
+        }
+        (fixed,) = [n for n in statuses if n.event == "fixed"]
+        assert fixed.payload["description"] == "specwatch: quick run passed; fixed here: cases of an alert pass again"
+        assert fixed.payload["sha"] == commits[3].sha

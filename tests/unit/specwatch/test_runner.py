@@ -15,7 +15,7 @@ from specwatch.cases import CASES, EDGE_CASES, Case, select
 from specwatch.edges import EDGE_TRIALS, Extreme, forced_uniforms
 from specwatch.experiments import CheckSpec, Observation
 from specwatch.mutants import MUTANTS
-from specwatch.protocol import E_VALUE_CAP, Failure, Layer, Verdict
+from specwatch.protocol import E_VALUE_CAP, Failure, Layer, RunResult, Verdict
 from specwatch.runner import SuiteConfig, derive_seed, run_case, run_suite
 from specwatch.sampling import SpecStep, reference_sampler
 from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, plan_test
@@ -100,7 +100,7 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 4
+    assert payload["schema"] == 5
     assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
     for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
@@ -365,3 +365,36 @@ def test_fingerprints_do_not_depend_on_the_rest_of_the_run():
         TINY, TINY.build(MUTANTS["swapped_residual"].sampler, torch.device("cpu")), SuiteConfig(seed=1), len(experiment.checks)
     )
     assert mutant.fingerprint != small.fingerprint
+
+
+def test_a_replayed_case_runs_first_with_the_earlier_runs_inputs_then_with_its_own():
+    """Issue 37: a counterexample found by one run (here an id out of range, emitted only for the inputs that run's seed
+    draws, as a bug triggered by one prompt is) comes back when a later run replays the case with that run's seed
+    attempt, while the later run's own fresh inputs miss it; the result records both."""
+    case_id = "direct/far_apart/V8/g1"
+    first_seed = derive_seed(7, case_id, 0)
+
+    def bug_on_one_input(step, n, generator):
+        out = reference_sampler(step, n, generator)
+        if generator.initial_seed() == first_seed:
+            out.tokens[0, out.n_accepted[0]] = step.vocab_size  # an impossible token: a certain violation
+        return out
+
+    cases = select([case_id])
+    first = run_suite(cases, bug_on_one_input, SuiteConfig(seed=7)).results[0]
+    assert (first.verdict, first.certain, first.replay) == (Verdict.FAIL, ("lossless",), None)
+
+    again = run_suite(cases, bug_on_one_input, SuiteConfig(seed=7, attempt=1, replay=frozenset({case_id}))).results[0]
+    assert again.verdict == Verdict.PASS  # the fresh inputs miss the counterexample
+    replay = again.replay
+    assert replay is not None
+    assert (replay.attempt, replay.seed, replay.verdict, replay.certain) == (0, first.seed, Verdict.FAIL, ("lossless",))
+    assert (replay.reason, replay.n_trials) == (first.reason, first.n_trials)  # the same inputs, the same counterexample
+    assert again.seed == derive_seed(7, case_id, 1)
+
+    # A case not named is not replayed; a replay is read back from the run's JSON.
+    assert run_suite(cases, bug_on_one_input, SuiteConfig(seed=7, attempt=1)).results[0].replay is None
+    payload = json.loads(
+        json.dumps(run_suite(cases, bug_on_one_input, SuiteConfig(seed=7, attempt=1, replay=frozenset({case_id}))).to_dict())
+    )
+    assert RunResult.from_json(payload).results[0].replay == replay

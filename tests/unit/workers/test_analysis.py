@@ -11,14 +11,17 @@ import pytest
 from service.models import AlertKind, CaseResult, RunStatus, Verdict
 from workers.analysis.bisection import commit_outcome, known_at
 from workers.analysis.decisions import (
+    REPLAYED,
     AcceptanceSample,
     CaseOutcome,
     CheckEvidence,
     CommitOutcome,
+    FixBisection,
     RunEvidence,
     Signature,
     acceptance_drift,
     bisect,
+    bisect_fix,
     classify,
     confirmation,
     signatures_differ,
@@ -68,6 +71,23 @@ def test_a_certain_violation_is_not_confirmed_by_a_clean_rerun():
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, None)), "lossless") == "lossless/pos1"
     # A certain violation of another layer in the rerun does not.
     assert confirmation(first, _case(("lossless/pos1", "lossless", False, 1.0), certain=frozenset({"conformance"})), "lossless") is None
+
+
+def test_a_counterexample_replayed_with_the_first_runs_inputs_confirms_a_certain_violation():
+    """Issue 37: greedy != assisted on one prompt, then 64 fresh prompts all equal, and the case left the alert. The
+    confirmation now replays the case with the first run's seeds first: the counterexample coming back confirms it,
+    whatever the fresh inputs show; one that does not come back leaves the fresh inputs to decide."""
+    first = _case(("lossless/pos1", "lossless", True, None), certain=frozenset({"lossless"}))
+    clean = (("lossless/pos1", "lossless", False, 0.3),)
+    replayed = RunEvidence(T, tuple(_case(*clean).checks), replayed=frozenset({"lossless"}))
+    assert confirmation(first, replayed, "lossless") == REPLAYED
+    assert confirmation(first, RunEvidence(T, tuple(_case(*clean).checks)), "lossless") is None  # not replayed
+    # A replay that misses it (a nondeterministic library) leaves the fresh evidence to decide.
+    assert confirmation(first, _case(certain=frozenset({"lossless"})), "lossless") == "certain violation"
+    # The replay's violation of another layer, or a replay of a failure that was not certain, confirms nothing.
+    assert confirmation(first, RunEvidence(T, tuple(_case(*clean).checks), replayed=frozenset({"conformance"})), "lossless") is None
+    statistical = _case(("lossless/pos1", "lossless", True, T * 10))
+    assert confirmation(statistical, replayed, "lossless") is None
 
 
 def test_running_maxima_are_not_multiplied():
@@ -186,6 +206,27 @@ def _run_bisection(commits: list[str], first_bad: int, outcomes: dict[str, Commi
             return state.first_bad, runs
         runs += 1
         outcomes[state.next_to_test] = CommitOutcome.BAD if commits.index(state.next_to_test) >= first_bad else CommitOutcome.GOOD
+
+
+@pytest.mark.parametrize("first_good", range(1, 9))
+def test_a_fix_is_bisected_to_its_first_good_commit_in_log_runs(first_good):
+    """The mirror search: c0 tested failing, c1..c8 pushed together, the head c8 tested passing."""
+    commits = [f"c{i}" for i in range(9)]
+    outcomes = {"c0": CommitOutcome.BAD, "c8": CommitOutcome.GOOD}
+    runs = 0
+    while (state := bisect_fix(commits, outcomes)).next_to_test is not None:
+        runs += 1
+        outcomes[state.next_to_test] = CommitOutcome.GOOD if commits.index(state.next_to_test) >= first_good else CommitOutcome.BAD
+    assert (state.first_good, state.last_bad) == (f"c{first_good}", f"c{first_good - 1}")
+    assert runs <= math.ceil(math.log2(8))
+
+
+def test_a_fix_search_belongs_to_the_newest_streak_and_skips_commits_that_cannot_tell():
+    good, bad, unknown = CommitOutcome.GOOD, CommitOutcome.BAD, CommitOutcome.UNKNOWN
+    # Fixed at c1, failing again at c3, fixed again by the head: the search is about the newest streak of passes.
+    assert bisect_fix(["c0", "c1", "c2", "c3", "c4"], {"c0": bad, "c1": good, "c3": bad, "c4": good}).first_good == "c4"
+    # A broken commit between the last failure and the first pass is not retested: the first pass is named.
+    assert bisect_fix(["c0", "c1", "c2"], {"c0": bad, "c1": unknown, "c2": good}) == FixBisection("c2", None, "c0")
 
 
 @pytest.mark.parametrize("first_bad", range(1, 9))
