@@ -6,9 +6,7 @@ trials, draws the batches and assembles the run.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import platform
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -16,8 +14,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-import numpy as np
-import scipy
 import torch
 
 from specwatch import CATALOGUE_VERSION, SUITE_VERSION
@@ -26,6 +22,7 @@ from specwatch.evidence import CaseEvidence, case_result, designed_checks, passe
 from specwatch.experiments import Experiment
 from specwatch.laws import validate_law
 from specwatch.protocol import Acceptance, CaseResult, LibraryIdentity, Replay, RunResult, Verdict, run_verdict
+from specwatch.provenance import derive_seed, device_name, environment, output_fingerprint, probe_trials
 from specwatch.sampling import Sampler, TargetRaised
 from specwatch.stats import (
     plan_test,
@@ -85,63 +82,6 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
-
-
-def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
-    """A 63-bit seed from (run seed, case, attempt): every result is reproducible from its record."""
-    digest = hashlib.blake2b(f"{run_seed}:{case_id}:{attempt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
-
-
-FINGERPRINT_SEED = 0
-
-
-#: Probe trials of an experiment that does not say how many it wants.
-DEFAULT_PROBE_TRIALS = 64
-
-
-def probe_trials(experiment: Experiment, first_batch: int) -> int:
-    """Trials of the fingerprint probe: what the experiment asks for (``probe_trials``: many for cheap
-    vectorised chain steps, few for ``generate()`` calls), at most one first batch. It depends on the case
-    alone, never on the run's other cases, so equal behaviour gives equal fingerprints."""
-    wanted = getattr(experiment, "probe_trials", DEFAULT_PROBE_TRIALS)
-    return max(1, min(first_batch, int(wanted)))
-
-
-def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
-    """A hash of the outputs of ``trials`` trials drawn with a seed fixed per case (not per run or commit).
-
-    Two commits whose sampler behaves the same on the case get the same fingerprint, on the same device
-    and library versions, so an unchanged fingerprint marks "behaviour unchanged" at no statistical cost.
-    The probe's trials are not evidence: the test draws its own with the run's seed.
-    """
-    generator = torch.Generator(device=device).manual_seed(derive_seed(FINGERPRINT_SEED, case.id, 0))
-    obs = experiment.run(trials, generator)
-    digest = hashlib.sha256(f"{trials}:".encode())
-    digest.update(obs.sample)
-    for name in sorted(obs.counts):
-        digest.update(name.encode())
-        digest.update(np.asarray(obs.counts[name], dtype=np.int64).tobytes())
-    for violation in obs.violations:
-        digest.update(f"{violation.layer.value}:{violation.message}".encode())
-    return digest.hexdigest()[:16]
-
-
-def device_name(device: str) -> str:
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(dev)}"
-    return f"cpu:{platform.machine()}"
-
-
-def environment() -> dict[str, str]:
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "platform": platform.platform(),
-    }
 
 
 def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, threshold: float) -> int:

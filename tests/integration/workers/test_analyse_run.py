@@ -309,7 +309,7 @@ def test_an_acceptance_drift_is_bisected_to_its_first_commit(factory: sessionmak
 # the trials drawn with the commit's own seeds (attempt 0, read from the suite's --seed), never with fresh ones.
 ONE_INPUT_BUG = CORRECT.replace(
     "import torch\n",
-    "import sys\n\nimport torch\n\nfrom specwatch.runner import derive_seed\n\n"
+    "import sys\n\nimport torch\n\nfrom specwatch.provenance import derive_seed\n\n"
     "_SEED = int(sys.argv[sys.argv.index('--seed') + 1]) if '--seed' in sys.argv else None\n"
     "_FIRST = {derive_seed(_SEED, c, 0) for c in ('direct/far_apart/V8/g1', 'direct/far_apart/V8/g3')} if _SEED is not None else set()\n",
     1,

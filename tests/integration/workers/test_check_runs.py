@@ -33,8 +33,8 @@ from specwatch.report import KnownFinding, markdown_report
 from specwatch.runner import SuiteConfig, run_suite
 from specwatch.sampling import reference_sampler
 from tests.support.http_fakes import fake_server
+from workers.case_rows import case_result_row
 from workers.notify import Channels, NotifyConfig, deliver_due, queue_commit_status
-from workers.runs import case_result_row
 
 TOKEN = "ghs_app-installation-token"
 DASHBOARD = "https://specwatch.example.com"

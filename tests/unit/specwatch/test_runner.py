@@ -16,7 +16,8 @@ from specwatch.edges import EDGE_TRIALS, Extreme, forced_uniforms
 from specwatch.experiments import CheckSpec, Observation
 from specwatch.mutants import MUTANTS
 from specwatch.protocol import E_VALUE_CAP, Failure, Layer, RunResult, Verdict
-from specwatch.runner import SuiteConfig, derive_seed, run_case, run_suite
+from specwatch.provenance import derive_seed
+from specwatch.runner import SuiteConfig, run_case, run_suite
 from specwatch.sampling import SpecStep, reference_sampler
 from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, plan_test
 
