@@ -13,7 +13,7 @@ Releases are commits too: ``release:<version>`` (:func:`service.releases.release
 from the package index (the target's ``install_mode`` is ``pip``; its name is the package's name).
 
 When GitHub statuses are configured (``RunOptions.status_dashboard_url``), queueing a run also writes the
-commit's ``pending`` status to the notification outbox, in the same transaction (:mod:`service.commit_status`).
+commit's ``pending`` status to the notification outbox, in the same transaction (:mod:`service.notifications.statuses`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.ancestry import ancestry_order
-from service.commit_status import queue_status
 from service.history import on_branch
 from service.models import Commit, CommitPolicy, Run, RunPurpose, RunStatus, Target
+from service.notifications.statuses import queue_status
 from service.releases import release_sha
 from service.settings import Settings
 from service.textlimits import cut

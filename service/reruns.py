@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.commit_status import queue_status
 from service.ingest import RunOptions
 from service.models import Commit, Run, RunPurpose, RunStatus
+from service.notifications.statuses import queue_status
 from service.queries.common import QueryError, get_target
 from service.queries.compare import resolve_sha
 from service.textlimits import cut

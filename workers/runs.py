@@ -202,7 +202,7 @@ class RunOutcome:
     seed: int | None = None
     cases: tuple[suite.CaseResult, ...] = ()
     # The suite's run result less its cases, and the suite's arguments ({"run": ..., "suite_args": [...]}): what
-    # rebuilds the run's report with the case rows (service.check_runs).
+    # rebuilds the run's report with the case rows (service.notifications.check_runs).
     result_header: dict[str, Any] | None = None
     # The target's repository could not be used (see :class:`workers.checkout.CheckoutError`): not the commit's fault.
     configuration_error: bool = False

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from service.after_commit import after_commit
 from service.db import session_factory, session_scope
 from service.ingest import RunOptions
+from service.notifications.outbox import NotifyConfig
 from service.queue import enqueue_runs
 from service.repositories import RepoPolicy
 from service.settings import Settings, get_settings
@@ -36,8 +37,9 @@ from workers.celery_app import ANALYSE_RUN, DELIVER_NOTIFICATIONS, POLL_BRANCHES
 from workers.checkout import MirrorCache
 from workers.execution import execute_run, instance_folders
 from workers.lease import utcnow
-from workers.notify import Channels, NotifyConfig, deliver_due
+from workers.notify import deliver_due
 from workers.runs import sweep
+from workers.senders import Channels
 from workers.settings import WorkerSettings, get_worker_settings
 from workers.task_base import PUBLISH_RETRY_POLICY, SpecwatchTask
 

@@ -15,11 +15,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from service.alert_text import drift_text
 from service.alerts import AlertStateError, set_alert_state
 from service.cli.database import reading
 from service.models import AlertKind, AlertState
 from service.models.entries import AlertEntry
+from service.notifications.text import drift_text
 from service.queries import AlertRow, list_alerts
 from specwatch.cli.output import console, fail, out, print_json
 from specwatch.protocol import ExitStatus

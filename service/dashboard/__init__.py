@@ -22,11 +22,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from service.alert_text import drift_text
 from service.dashboard.charts import Axis, Chart, Rule, Series, percent, render
 from service.dashboard.session import DashboardRead, viewer
 from service.deps import DbId, SessionDep, app_settings
 from service.models import AlertState
+from service.notifications.text import drift_text
 from service.queries import (
     CaseHistory,
     HistoryPoint,

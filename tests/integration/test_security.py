@@ -40,7 +40,7 @@ from service.settings import Settings
 from service.targets import add_target, make_spec
 from tests.support.private_servers import free_port
 from tests.support.pushes import REPO_URL, push_payload, sha, signed
-from workers.notify import Channels, send_github, send_slack
+from workers.senders import Channels, send_github, send_slack
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.commit_status import github_repo
+from service.notifications.outbox import github_repo
 from tests.security.conftest import SECRET, WRITE_TOKEN, Embedded, served
 from tests.support.pushes import push_payload, signed
 

@@ -17,9 +17,9 @@ from service.db import insert_ignoring_conflicts
 from service.history import alert_branch
 from service.models import Alert, AlertKind, AlertState, Commit, Run, Target
 from service.models.entries import AlertEntry, alert_entries
+from service.notifications.slack import queue_alert_message
 from workers.analysis.context import Analysis
 from workers.analysis.resolution import catch_up_fixes
-from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
 

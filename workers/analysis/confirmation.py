@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.models import AlertKind, AlertState, CaseResult, Run, RunStatus, Verdict
 from service.models.entries import RAISED, FailureEntry
+from service.notifications.github import queue_commit_status
 from workers.analysis.bisection import start_bisection
 from workers.analysis.context import Analysis, load_cases, lock_run
 from workers.analysis.decisions import (
@@ -30,7 +31,6 @@ from workers.analysis.decisions import (
 )
 from workers.analysis.state import RunAnalysis, load_analysis
 from workers.analysis.triage import FailureReason, entry, failure_alert_spans, failure_reason, raised, signatures_of, superseding
-from workers.notify import queue_commit_status
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import CaseResult, Commit, Run, RunPurpose, RunStatus
-from workers.notify import NotifyConfig
+from service.notifications.outbox import NotifyConfig
 
 
 @dataclass(frozen=True)

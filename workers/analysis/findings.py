@@ -10,7 +10,7 @@ The policy (``docs/findings.md``, "Known findings in the monitor"):
 2. A finding **stops failing** when a primary run passes every case that it explained failing on the previous
    tested run (same branch and profile, :func:`service.history.previous_tested_run`): it is *seen fixed* at this
    commit (``fixed_commit_id``; an open finding becomes fixed, ``fixed_in`` naming the commit unless it said
-   where already), and Slack says "fixed in <commit>" (:func:`workers.notify_findings.queue_finding_fixed`).
+   where already), and Slack says "fixed in <commit>" (:func:`service.notifications.findings.queue_finding_fixed`).
 3. From that commit on (on its branch, or among the releases) the finding no longer applies: a failure of its
    cases there is new, so it is confirmed, bisected between the passing commit and the failure, and alerted; the
    alert names it a regression of the finding (:meth:`~service.queries.findings.FindingMatcher.regression`), as
@@ -31,11 +31,11 @@ from sqlalchemy.orm import Session
 
 from service.history import TESTED_STATUSES, previous_tested_run
 from service.models import CaseResult, FindingState, KnownFinding, Run, Verdict
+from service.notifications.findings import queue_finding_fixed
 from service.queries.findings import FindingMatcher, commit_version, finding_matcher
 from service.releases import release_version
 from workers.analysis.context import Analysis, load_cases
 from workers.analysis.state import RunAnalysis
-from workers.notify_findings import queue_finding_fixed
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from sqlalchemy import select
 
 from service.models import FINISHED_STATUSES, Alert, AlertState, CaseResult, Commit, Run, RunPurpose, RunStatus, Verdict
 from service.models.entries import AlertEntry, alert_entries
+from service.notifications.slack import queue_alert_message
 from workers.analysis.context import Analysis, child_run, lock_run
 from workers.analysis.decisions import CommitOutcome, bisect_fix
 from workers.analysis.drift import still_drifting
 from workers.analysis.history import TestedRun, load_branch
 from workers.analysis.state import FixSearch, RunAnalysis, load_analysis, store_analysis
 from workers.analysis.triage import raised
-from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
 

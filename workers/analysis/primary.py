@@ -27,6 +27,7 @@ from __future__ import annotations
 from service.history import newest_earlier_run
 from service.models import AlertKind, CaseResult, Run, RunPurpose, RunStatus
 from service.models.entries import AlertEntry, BrokenEntry
+from service.notifications.github import queue_commit_status
 from workers.analysis.alerts import open_alert
 from workers.analysis.bisection import start_bisection
 from workers.analysis.configuration import infrastructure_persists, target_configured, target_misconfigured
@@ -36,7 +37,6 @@ from workers.analysis.findings import explained_failures, record_findings
 from workers.analysis.resolution import resolve_installed, resolve_recovered
 from workers.analysis.state import RunAnalysis
 from workers.analysis.triage import entry, failure_reason, new_failures, superseding, unchanged_cases, uninstallable_entry
-from workers.notify import queue_commit_status
 
 #: Kinds decided at once: nothing to confirm (deterministic, or not a test result).
 _UNCONFIRMED = (AlertKind.broken, AlertKind.uninstallable, AlertKind.configuration)

@@ -11,11 +11,11 @@ from sqlalchemy import select
 from service.history import on_branch, open_alerts
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Run, RunStatus, Verdict
 from service.models.entries import AlertEntry, alert_entries
+from service.notifications.slack import queue_alert_message
 from workers.analysis.context import Analysis, load_cases
 from workers.analysis.drift import still_drifting
 from workers.analysis.fixes import fails_again, start_fix_search
 from workers.analysis.state import RunAnalysis
-from workers.notify import queue_alert_message
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.notifications.outbox import NotifyConfig
 from workers.analysis import AnalysisConfig, analyse
 from workers.analysis.decisions import Bisection, CommitOutcome, bisect
-from workers.notify import NotifyConfig
 
 A = "direct/far_apart/V8/g1"
 THRESHOLD = 1e4

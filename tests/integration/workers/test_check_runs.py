@@ -22,11 +22,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from service.check_runs import OUTPUT_TEXT_MAX, reproduce_command, stored_result
 from service.cli import app as cli
 from service.db import session_scope
 from service.findings import add_finding
 from service.models import CaseResult, Commit, Notification, NotificationChannel, NotificationStatus, Run, RunStatus, Target
+from service.notifications.check_runs import OUTPUT_TEXT_MAX, reproduce_command, stored_result
+from service.notifications.github import queue_commit_status
+from service.notifications.outbox import NotifyConfig
 from specwatch.cases import select as select_cases
 from specwatch.protocol import RunResult
 from specwatch.report import KnownFinding, markdown_report
@@ -34,7 +36,8 @@ from specwatch.runner import SuiteConfig, run_suite
 from specwatch.sampling import reference_sampler
 from tests.support.http_fakes import fake_server
 from workers.case_rows import case_result_row
-from workers.notify import Channels, NotifyConfig, deliver_due, queue_commit_status
+from workers.notify import deliver_due
+from workers.senders import Channels
 
 TOKEN = "ghs_app-installation-token"
 DASHBOARD = "https://specwatch.example.com"

@@ -22,11 +22,11 @@ from service.app import create_app
 from service.cli import app
 from service.db import session_scope
 from service.models import Alert, AlertKind, CaseResult, Commit, Run, RunStatus, Target, Verdict
+from service.notifications.slack import slack_message
 from service.settings import Settings
 from workers.analysis import AnalysisConfig, analyse
 from workers.analysis.drift import still_drifting
 from workers.analysis.state import load_analysis
-from workers.notify import slack_message
 
 E2E = "e2e/draft_model/plain"
 DIRECT = "direct/far_apart/V8/g3"

@@ -19,9 +19,9 @@ from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.commit_status import queue_status
 from service.db import session_scope
 from service.models import Commit, Notification, NotificationStatus, Run, RunStatus, Target
+from service.notifications.statuses import queue_status
 from service.schema import upgrade_to_head
 from service.settings import Settings
 from tests.support.http_fakes import FakeServer, fake_server
@@ -29,7 +29,8 @@ from tests.support.workers import session_maker
 from workers.celery_app import DELIVER_NOTIFICATIONS, RUN_SUITE, celery_config
 from workers.embedded import EMBEDDED_BROKER_URL, embedded_config, resume_unanalysed_runs
 from workers.embedded_outbox import OUTBOX_QUEUE, OutboxSender, outbox_config
-from workers.notify import Channels, deliver_due
+from workers.notify import deliver_due
+from workers.senders import Channels
 from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.findings import add_finding
 from service.models import Alert, AlertKind, CaseResult, Commit, FindingState, KnownFinding, Notification, Run, RunStatus, Target, Verdict
+from service.notifications.outbox import NotifyConfig
 from service.queries import commits_page, get_alert, get_finding
 from workers.analysis import AnalysisConfig, analyse
-from workers.notify import NotifyConfig
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
 THRESHOLD = 1e4

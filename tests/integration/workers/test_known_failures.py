@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.notifications.outbox import NotifyConfig
 from service.queries import list_alerts
 from workers.analysis import AnalysisConfig, analyse
-from workers.notify import NotifyConfig
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
 THRESHOLD = 1e4

@@ -28,9 +28,13 @@ from service.models import (
     Target,
     Verdict,
 )
+from service.notifications.github import queue_commit_status
+from service.notifications.outbox import NotifyConfig
+from service.notifications.slack import queue_alert_message, slack_message
 from tests.support.http_fakes import block_kit_problems, fake_server
 from workers.analysis import AnalysisConfig, analyse
-from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status, slack_message
+from workers.notify import deliver_due
+from workers.senders import Channels
 
 SLACK_PATH = "/services/T000/B000/secret-part"
 TOKEN = "ghp_super-secret-token"

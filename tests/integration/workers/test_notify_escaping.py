@@ -15,12 +15,16 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alert_text import CUT_MARKER, TEXT_MAX
-from service.commit_status import GITHUB_DESCRIPTION_MAX, STATUSES
 from service.db import session_scope
 from service.models import Alert, AlertKind, Commit, Notification, Run, RunStatus, Target
+from service.notifications.github import queue_commit_status
+from service.notifications.outbox import NotifyConfig
+from service.notifications.slack import queue_alert_message
+from service.notifications.statuses import GITHUB_DESCRIPTION_MAX, STATUSES
+from service.notifications.text import CUT_MARKER, TEXT_MAX
 from tests.support.http_fakes import block_kit_problems, fake_server
-from workers.notify import Channels, NotifyConfig, deliver_due, queue_alert_message, queue_commit_status
+from workers.notify import deliver_due
+from workers.senders import Channels
 
 HOSTILE = "<!channel> urgent: see <https://evil.example/login|the specwatch dashboard> & <@U123>"
 SLACK_PATH = "/services/T000/B000/escape"

@@ -9,10 +9,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db import session_scope
 from service.findings import seed_findings
 from service.models import Alert, AlertKind, Commit, Notification, Run, RunStatus, Target
+from service.notifications.outbox import NotifyConfig
+from service.notifications.slack import queue_alert_message
 from service.queries import get_alert
 from service.releases import release_sha
 from tests.support.http_fakes import block_kit_problems
-from workers.notify import NotifyConfig, queue_alert_message
 
 KNOWN_CASE, NEW_CASE = "e2e/different_tokenizers/processed", "e2e/assistant_model/V256"
 TITLE = "Universal assisted generation reports a permuted q"

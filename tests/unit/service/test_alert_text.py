@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.alert_text import CUT_MARKER, cut, drift_text, evidence_text, mrkdwn
+from service.notifications.text import CUT_MARKER, cut, drift_text, evidence_text, mrkdwn
 
 pytestmark = pytest.mark.unit
 

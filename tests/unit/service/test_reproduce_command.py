@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.check_runs import reproduce_command
 from service.models import Run, Target
+from service.notifications.check_runs import reproduce_command
 
 
 def test_a_confirmations_attempt_and_replays_are_left_out() -> None:

@@ -2,7 +2,7 @@
 
 Written by :func:`workers.analysis.findings.record_findings` in the analysis's transaction and sent by
 ``workers.deliver_notifications`` like every other row (:mod:`workers.notify`). Its texts (the finding's title and
-link, a user's input) are made literal (:func:`service.alert_text.mrkdwn`).
+link, a user's input) are made literal (:func:`service.notifications.text.mrkdwn`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
-from service.alert_text import cut, mrkdwn
-from service.commit_status import add_notification, commit_url
 from service.models import KnownFinding, Notification, NotificationChannel, NotificationStatus, Run
+from service.notifications.outbox import NotifyConfig, add_notification, commit_url
+from service.notifications.slack import MAX_FALLBACK_TEXT, MAX_HEADER_TEXT
+from service.notifications.text import cut, mrkdwn
 from service.releases import release_version
-from workers.notify import MAX_FALLBACK_TEXT, MAX_HEADER_TEXT, NotifyConfig
 
 
 def _md(text: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """GitHub check runs as outbox rows: a run's report where maintainers look (opt-in per target: ``github_checks``).
 
-Besides the commit status (:mod:`service.commit_status`), a target with ``github_checks`` gets one check run per
+Besides the commit status (:mod:`service.notifications.statuses`), a target with ``github_checks`` gets one check run per
 final decision about a primary run (the statuses' names, less the pending ones), written with the status
-(:func:`workers.notify.queue_commit_status`) and sent by ``workers.deliver_notifications`` as ``POST
+(:func:`service.notifications.github.queue_commit_status`) and sent by ``workers.deliver_notifications`` as ``POST
 /repos/{owner}/{repo}/check-runs`` (``status: completed``, a conclusion, ``details_url`` the run's page) with
 ``output``:
 
@@ -28,8 +28,9 @@ from urllib.parse import quote
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.commit_status import STATUSES, add_notification, github_repo
 from service.models import CaseResult, Commit, Notification, NotificationChannel, NotificationStatus, Run, RunPurpose, Target
+from service.notifications.outbox import add_notification, github_repo
+from service.notifications.statuses import STATUSES
 from service.queries.findings import FindingLink, commit_version, finding_matcher
 from service.releases import release_version
 from service.textlimits import cut
