@@ -109,6 +109,27 @@ FROM base AS worker
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap cmake g++ ninja-build \
     && rm -rf /var/lib/apt/lists/*
+# CUDA_TOOLKIT: the CUDA compiler for the llama.cpp target's CUDA build (GGML_CUDA=ON, chosen where the worker sees
+# a GPU: specwatch/targets/llamacpp/build.py cuda_device). Empty (the default): none, and llama.cpp builds for the
+# CPU. A version MAJOR-MINOR (12-6, one the host's driver supports) installs nvcc, the CUDA runtime, cuBLAS and
+# the driver stub from NVIDIA's Debian 12 x86_64 repository (CUDA_REPOSITORY; its keyring verifies them) under
+# /usr/local/cuda, on PATH. The GPU's driver comes from the host (the NVIDIA Container Toolkit), as for torch.
+ARG CUDA_TOOLKIT=
+ARG CUDA_REPOSITORY=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64
+RUN set -eu; \
+    if [ -n "${CUDA_TOOLKIT}" ]; then \
+        echo "${CUDA_TOOLKIT}" | grep -Eqx '[0-9]+-[0-9]+' \
+            || { echo "CUDA_TOOLKIT must be empty or a CUDA version MAJOR-MINOR such as 12-6, got '${CUDA_TOOLKIT}'" >&2; exit 1; }; \
+        python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], "/tmp/cuda-keyring.deb")' \
+            "${CUDA_REPOSITORY}/cuda-keyring_1.1-1_all.deb"; \
+        dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb; \
+        apt-get update; \
+        apt-get install --yes --no-install-recommends "cuda-nvcc-${CUDA_TOOLKIT}" "cuda-cudart-dev-${CUDA_TOOLKIT}" \
+            "cuda-cccl-${CUDA_TOOLKIT}" "cuda-driver-dev-${CUDA_TOOLKIT}" "libcublas-dev-${CUDA_TOOLKIT}"; \
+        rm -rf /var/lib/apt/lists/*; \
+        ln -sfn "/usr/local/cuda-$(echo "${CUDA_TOOLKIT}" | tr - .)" /usr/local/cuda; \
+        /usr/local/cuda/bin/nvcc --version; \
+    fi
 COPY --from=worker-build /opt/venv /opt/venv
 # The project's wheel last, without its dependencies (above): a change of the code rebuilds this small layer only.
 COPY --from=wheel /pip/dist /tmp/dist
@@ -118,6 +139,7 @@ RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist
 RUN install --directory --owner specwatch --group specwatch \
         /var/lib/specwatch /var/lib/specwatch/mirrors /var/lib/specwatch/releases
 ENV OMP_NUM_THREADS=1 \
+    PATH=$PATH:/usr/local/cuda/bin \
     SPECWATCH_WORKER_MIRROR_DIR=/var/lib/specwatch/mirrors \
     SPECWATCH_WORKER_RELEASE_CACHE_DIR=/var/lib/specwatch/releases \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

@@ -261,7 +261,8 @@ def run_suite_process(
 
         def installing(argv: list[str], entries: list[Path]) -> tuple[int | None, bool, bool]:
             """An install step: in bubblewrap the package index only (through the proxy, specwatch.index_proxy) and
-            only ``entries`` of the cache writable (the other entries read-only); else as it is."""
+            only ``entries`` of the cache writable (the other entries read-only); else as it is. On a CUDA run it sees
+            the GPU as the test does: a build for this machine (llama.cpp's GGML_CUDA) looks for it."""
             assert cache is not None
             for entry in entries:
                 entry.mkdir(parents=True, exist_ok=True)
@@ -271,7 +272,7 @@ def run_suite_process(
                 return step.run(argv, deadline, should_abort)
             index = scratch / "index.sock"
             confined_argv = confined(forwarded(argv, command.python, index))
-            wrapped = sandbox.argv(confined_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache])
+            wrapped = sandbox.argv(confined_argv, cwd=scratch, writable=[scratch, *entries], read_only=[*checkout_paths, cache], gpu=gpu)
             with serving(index, index_hosts(env, command.python)):
                 return step.run(wrapped, deadline, should_abort)
 

@@ -162,6 +162,7 @@ def plan(
             cwd=scratch,
             writable=[scratch, *entries],
             read_only=[*read_only, cache, *pip_paths],  # the cache read-only under the entry being built
+            gpu=gpu,  # as the test: a build for this machine (llama.cpp's GGML_CUDA) looks for its GPU
         )
         read_only.append(cache)
     user = None

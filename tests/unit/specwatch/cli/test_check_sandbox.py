@@ -239,3 +239,21 @@ def test_no_sandbox_and_no_bubblewrap_run_as_the_caller_and_say_so(tmp_path: Pat
     plan = _plan(tmp_path, ["run"])
     assert not plan.sandboxed
     assert plan.describe() == "NOT sandboxed (no sandbox here: bubblewrap (bwrap) is not installed; --no-sandbox to say you mean it)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_install_step_sees_the_gpu_exactly_when_the_run_does(gpu: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A llama-cpp-python release compiles llama.cpp in the install step, with CUDA where the machine has a GPU
+    (specwatch/targets/llamacpp/build.py: cuda_device): without the GPU's device nodes there, a CUDA machine built
+    a CPU-only llama.cpp and the CUDA run tested it."""
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(isolated, "GPU_DEVICES", ("/dev/null",))  # a device node every machine has, as the GPU's
+    plan = _plan(tmp_path, ["run", "--events", "--pip", "llama-cpp-python==0.3.36"], pip="llama-cpp-python==0.3.36", gpu=gpu)
+    assert plan.install is not None
+
+    def devices(argv: list[str]) -> list[str]:
+        return [argv[i + 1] for i, arg in enumerate(argv) if arg == "--dev-bind"]
+
+    assert devices(plan.install) == devices(plan.command) == (["/dev/null"] if gpu else [])
