@@ -77,8 +77,10 @@ ARG TORCH_VERSION=2.13.0
 # torch index is an extra index: torch's own dependencies come from the package index.
 ARG TORCH_VARIANT=cuda
 ARG TORCH_INDEX_URL=
-# The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin).
+# The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin), and gguf's
+# (the llama.cpp target writes its fixture models as GGUF; keep equal to the dev extra's pin).
 ARG TRANSFORMERS_VERSION=5.24.0
+ARG GGUF_VERSION=0.19.0
 COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
 RUN set -eu; . /pip/pip-env.sh; \
@@ -90,12 +92,12 @@ RUN set -eu; . /pip/pip-env.sh; \
     esac; \
     if [ -n "$index" ]; then export PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL:+$PIP_EXTRA_INDEX_URL }$index"; fi; \
     pip install "$spec"
-# transformers' runtime dependencies, but not transformers itself: a run tests the commit's own tree (its
-# src/ first on PYTHONPATH), never an installed copy. These are the dependencies of one release; commits far
-# older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
+# transformers with its runtime dependencies, and gguf: the llama.cpp target builds its tiny fixture models with
+# them (specwatch/targets/llamacpp/models.py). A transformers run never tests this copy: a commit's own tree (its src/)
+# and a release's folder come first on PYTHONPATH and shadow it. These are the dependencies of one release; commits
+# far older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
 # with --build-arg TRANSFORMERS_VERSION=4.NN.0.
-RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
-    && pip uninstall --yes transformers
+RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" "gguf==${GGUF_VERSION}"
 COPY --from=wheel /pip/requirements-worker.txt /tmp/requirements.txt
 RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
 RUN python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -118,7 +120,7 @@ ARG CUDA_TOOLKIT=
 ARG CUDA_REPOSITORY=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64
 RUN set -eu; \
     if [ -n "${CUDA_TOOLKIT}" ]; then \
-        echo "${CUDA_TOOLKIT}" | grep -Eqx '[0-9]+-[0-9]+' \
+        python -c 'import re, sys; sys.exit(not re.fullmatch(r"[0-9]+-[0-9]+", sys.argv[1]))' "${CUDA_TOOLKIT}" \
             || { echo "CUDA_TOOLKIT must be empty or a CUDA version MAJOR-MINOR such as 12-6, got '${CUDA_TOOLKIT}'" >&2; exit 1; }; \
         python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], "/tmp/cuda-keyring.deb")' \
             "${CUDA_REPOSITORY}/cuda-keyring_1.1-1_all.deb"; \
