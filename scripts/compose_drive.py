@@ -214,10 +214,22 @@ def llamacpp_release(client: httpx.Client, compose: Compose, token: str, require
     findings = [f["key"] for f in client.get("/targets/llamacpp/findings", headers=auth).json()]
     step(f"target llamacpp (pip, {requirement} on the stack's index); known findings seeded: {findings}")
     started = time.monotonic()
-    runs = demo.wait_for_runs(client, token, "llamacpp", 1, timeout_s)
-    if runs is None:
-        raise CheckFailedError(f"the llama.cpp release's run did not finish within {timeout_s:g} s")
-    (run,) = runs.values()
+    seen: list[str] = []
+
+    def finished() -> dict[str, Any] | None:
+        ids = [c["run_id"] for c in client.get("/targets/llamacpp/commits", headers=auth).json()["commits"] if c["run_id"]]
+        if not ids:
+            return None
+        run: dict[str, Any] = client.get(f"/runs/{ids[0]}", headers=auth).json()
+        if not seen or seen[-1] != run["status"]:
+            seen.append(run["status"])
+            step(f"run {run['id']} of {run['sha']}: {run['status']} after {time.monotonic() - started:.0f} s")
+        if run.get("install_failures"):  # retried after a backoff: fail now, with why
+            log = client.get(f"/runs/{run['id']}/log", headers=auth).text
+            raise CheckFailedError(f"the release did not install or build in the worker's container:\n{log[-3000:]}")
+        return run if run["status"] in demo.FINISHED else None
+
+    run = wait("the llama.cpp release's run", finished, timeout_s, every_s=5)
     cases = run["cases"]
     verdicts = {c["case_id"]: c["verdict"] for c in cases}
     tested = [case for case, verdict in verdicts.items() if verdict != "skipped"]
