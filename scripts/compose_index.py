@@ -7,7 +7,8 @@ needs, as static files any HTTP server can serve (``compose/ci.yml``'s ``index``
 
 Downloads into ``DIR/files`` (once) the release's source distribution and, as wheels for the worker image's Python
 (3.11, Linux x86_64), everything pip needs to build and install it there: its build requirements and its
-dependencies, read from the distribution's own ``pyproject.toml``, each with its own dependencies. Then writes, for every project in ``DIR/files``, the pages a worker reads:
+dependencies, read from the distribution's own ``pyproject.toml``, each with its own dependencies. Then writes, for
+every project in ``DIR/files``, the pages a worker reads:
 
 - ``DIR/simple/<project>/index.html``: PEP 503's simple API (``PIP_INDEX_URL=http://host/simple``), each link with
   its sha256;

@@ -415,13 +415,17 @@ def keep_interpreter_builds(target: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Install the release ``argv[0]`` names: exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
+    """Install the release ``argv[0]`` names (or, ``--source PATH``, build a llama.cpp checkout's tree into its cache
+    entry): exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m specwatch.targets.install NAME==VERSION", file=sys.stderr)  # noqa: T201
+    if len(args) not in (1, 2) or (len(args) == 2) != (args[0] == "--source"):
+        print("usage: python -m specwatch.targets.install NAME==VERSION | --source LLAMA_CPP_CHECKOUT", file=sys.stderr)  # noqa: T201
         return ExitStatus.USAGE
     try:
-        pip_install(args[0])
+        if len(args) == 2:
+            build_checkout(Path(args[1]), cache_root().parent, tree=True)
+        else:
+            pip_install(args[0])
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)  # noqa: T201 - the one-line reason the worker keeps
         return ExitStatus.INSTALL
