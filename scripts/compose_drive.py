@@ -217,17 +217,20 @@ def llamacpp_release(client: httpx.Client, compose: Compose, token: str, require
     seen: list[str] = []
 
     def finished() -> dict[str, Any] | None:
-        ids = [c["run_id"] for c in client.get("/targets/llamacpp/commits", headers=auth).json()["commits"] if c["run_id"]]
-        if not ids:
+        # A release is on no branch (the commits pages list a branch's): the target's queue and its last run.
+        target = next(t for t in client.get("/targets", headers=auth).json() if t["name"] == "llamacpp")
+        state = f"{target['queued_runs']} queued, {target['running_runs']} running"
+        if not seen or seen[-1] != state:
+            seen.append(state)
+            step(f"llamacpp: {state} after {time.monotonic() - started:.0f} s")
+        last = target["last_run"]
+        if last is None:
             return None
-        run: dict[str, Any] = client.get(f"/runs/{ids[0]}", headers=auth).json()
-        if not seen or seen[-1] != run["status"]:
-            seen.append(run["status"])
-            step(f"run {run['id']} of {run['sha']}: {run['status']} after {time.monotonic() - started:.0f} s")
-        if run.get("install_failures"):  # retried after a backoff: fail now, with why
+        run: dict[str, Any] = client.get(f"/runs/{last['id']}", headers=auth).json()
+        if run.get("install_failures") or run["status"] not in ("passed", "failed"):  # fail now, with why
             log = client.get(f"/runs/{run['id']}/log", headers=auth).text
-            raise CheckFailedError(f"the release did not install or build in the worker's container:\n{log[-3000:]}")
-        return run if run["status"] in demo.FINISHED else None
+            raise CheckFailedError(f"the release's run ended {run['status']} in the worker's container:\n{log[-3000:]}")
+        return run
 
     run = wait("the llama.cpp release's run", finished, timeout_s, every_s=5)
     cases = run["cases"]

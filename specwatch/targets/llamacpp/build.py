@@ -135,7 +135,10 @@ def _download(requirement: str, root: Path) -> Path:
     existing = sorted(root.glob("*.tar.gz"))
     if existing:
         return existing[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:"]
+    # The release's source distribution, never a wheel of it; what building its metadata needs (scikit-build-core)
+    # may come as wheels: with `--no-binary :all:` pip wanted scikit-build-core's own sdist too, which an index of
+    # wheels (a mirror, the compose tier's) does not have.
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-binary", DISTRIBUTION]
     result = subprocess.run([*cmd, "-d", str(root), requirement], capture_output=True, text=True, check=False)  # noqa: S603
     found = sorted(root.glob("*.tar.gz"))
     if result.returncode != 0 or not found:
