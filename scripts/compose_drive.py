@@ -254,6 +254,9 @@ def llamacpp_release(client: httpx.Client, compose: Compose, token: str, require
     identity = f"{RELEASES}/llamacpp/{version}/python/specwatch-llamacpp-build.json"
     info = json.loads(compose.run("exec", "-T", "worker-cpu", "cat", identity).stdout)
     tools = {tool: "built" if "path" in entry else entry.get("error") for tool, entry in info["tools"].items()}
+    # Ninja's log of the build (each object's start and end), kept beside the env file: where the build's time goes.
+    ninja = compose.run("exec", "-T", "worker-cpu", "cat", f"{RELEASES}/llamacpp/{version}/build/.ninja_log", check=False)
+    (Path(os.environ["SPECWATCH_COMPOSE_ENV_FILE"]).parent / "llamacpp-ninja.log").write_text(ninja.stdout)
     step(
         f"built in the worker's container from an empty release cache: llama.cpp {info['llama_cpp_commit']} in "
         f"{info['build_seconds']:.0f} s ({' '.join(info['cmake_options'])}); tools: {tools}; no alert opened"
