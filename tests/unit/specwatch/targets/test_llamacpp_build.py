@@ -159,3 +159,43 @@ def test_a_tree_build_is_made_once_and_reused_by_later_runs_of_the_same_tree(tmp
     second = build_checkout(repo, cache, tree=True, log=False)
     assert second != first  # another tree, an entry of its own
     assert len(built) == 2
+
+
+def _sdist(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            archive.addfile(info)
+    return path
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["tarfile filters", "Python 3.11 before 3.11.4"])
+def test_a_release_is_extracted_inside_its_folder_only(filters, tmp_path, monkeypatch):
+    """The compose tier's stand-in image runs Debian bookworm's Python 3.11.2, whose tarfile has no ``filter``: the
+    release's extraction failed there with a TypeError. Both ways extract a plain distribution and refuse a member
+    that leaves the release's folder."""
+    import tarfile
+
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    good = _sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/pyproject.toml": b"[project]\n"}, {"pkg-1.0/link": "pyproject.toml"})
+    top = build._extract(good, tmp_path / "out")
+    assert (top / "pyproject.toml").read_bytes() == b"[project]\n"
+    for name, members, links in (
+        ("up-1.0", {"up-1.0/../../evil": b"x"}, {}),
+        ("abs-1.0", {"/tmp/evil-abs": b"x"}, {}),
+        ("sym-1.0", {"sym-1.0/a": b"x"}, {"sym-1.0/out": "../../../etc/passwd"}),
+    ):
+        bad = _sdist(tmp_path / f"{name}.tar.gz", members, links)
+        with pytest.raises((TargetError, tarfile.FilterError) if filters else TargetError):
+            build._extract(bad, tmp_path / name)
+    assert not (tmp_path / "evil").exists()
+    assert not Path("/tmp/evil-abs").exists()  # the path the archive names
