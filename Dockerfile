@@ -77,8 +77,10 @@ ARG TORCH_VERSION=2.13.0
 # torch index is an extra index: torch's own dependencies come from the package index.
 ARG TORCH_VARIANT=cuda
 ARG TORCH_INDEX_URL=
-# The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin).
+# The transformers release whose dependencies the worker carries (keep equal to the dev extra's pin), and gguf's
+# (the llama.cpp target writes its fixture models as GGUF; keep equal to the dev extra's pin).
 ARG TRANSFORMERS_VERSION=5.24.0
+ARG GGUF_VERSION=0.19.0
 COPY compose/pip/ /pip/
 RUN python -m venv /opt/venv
 RUN set -eu; . /pip/pip-env.sh; \
@@ -90,12 +92,12 @@ RUN set -eu; . /pip/pip-env.sh; \
     esac; \
     if [ -n "$index" ]; then export PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL:+$PIP_EXTRA_INDEX_URL }$index"; fi; \
     pip install "$spec"
-# transformers' runtime dependencies, but not transformers itself: a run tests the commit's own tree (its
-# src/ first on PYTHONPATH), never an installed copy. These are the dependencies of one release; commits far
-# older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
+# transformers with its runtime dependencies, and gguf: the llama.cpp target builds its tiny fixture models with
+# them (specwatch/targets/llamacpp/models.py). A transformers run never tests this copy: a commit's own tree (its src/)
+# and a release's folder come first on PYTHONPATH and shadow it. These are the dependencies of one release; commits
+# far older than it may pin other versions (4.x wants huggingface-hub < 1.0): build another worker image for them
 # with --build-arg TRANSFORMERS_VERSION=4.NN.0.
-RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" \
-    && pip uninstall --yes transformers
+RUN . /pip/pip-env.sh && pip install "transformers==${TRANSFORMERS_VERSION}" "gguf==${GGUF_VERSION}"
 COPY --from=wheel /pip/requirements-worker.txt /tmp/requirements.txt
 RUN . /pip/pip-env.sh && pip install --requirement /tmp/requirements.txt
 RUN python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -109,6 +111,27 @@ FROM base AS worker
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends git ca-certificates bubblewrap cmake g++ ninja-build \
     && rm -rf /var/lib/apt/lists/*
+# CUDA_TOOLKIT: the CUDA compiler for the llama.cpp target's CUDA build (GGML_CUDA=ON, chosen where the worker sees
+# a GPU: specwatch/targets/llamacpp/build.py cuda_device). Empty (the default): none, and llama.cpp builds for the
+# CPU. A version MAJOR-MINOR (12-6, one the host's driver supports) installs nvcc, the CUDA runtime, cuBLAS and
+# the driver stub from NVIDIA's Debian 12 x86_64 repository (CUDA_REPOSITORY; its keyring verifies them) under
+# /usr/local/cuda, on PATH. The GPU's driver comes from the host (the NVIDIA Container Toolkit), as for torch.
+ARG CUDA_TOOLKIT=
+ARG CUDA_REPOSITORY=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64
+RUN set -eu; \
+    if [ -n "${CUDA_TOOLKIT}" ]; then \
+        python -c 'import re, sys; sys.exit(not re.fullmatch(r"[0-9]+-[0-9]+", sys.argv[1]))' "${CUDA_TOOLKIT}" \
+            || { echo "CUDA_TOOLKIT must be empty or a CUDA version MAJOR-MINOR such as 12-6, got '${CUDA_TOOLKIT}'" >&2; exit 1; }; \
+        python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], "/tmp/cuda-keyring.deb")' \
+            "${CUDA_REPOSITORY}/cuda-keyring_1.1-1_all.deb"; \
+        dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb; \
+        apt-get update; \
+        apt-get install --yes --no-install-recommends "cuda-nvcc-${CUDA_TOOLKIT}" "cuda-cudart-dev-${CUDA_TOOLKIT}" \
+            "cuda-cccl-${CUDA_TOOLKIT}" "cuda-driver-dev-${CUDA_TOOLKIT}" "libcublas-dev-${CUDA_TOOLKIT}"; \
+        rm -rf /var/lib/apt/lists/*; \
+        ln -sfn "/usr/local/cuda-$(echo "${CUDA_TOOLKIT}" | tr - .)" /usr/local/cuda; \
+        /usr/local/cuda/bin/nvcc --version; \
+    fi
 COPY --from=worker-build /opt/venv /opt/venv
 # The project's wheel last, without its dependencies (above): a change of the code rebuilds this small layer only.
 COPY --from=wheel /pip/dist /tmp/dist
@@ -118,6 +141,7 @@ RUN pip install --no-deps /tmp/dist/specwatch-*.whl && rm -rf /tmp/dist
 RUN install --directory --owner specwatch --group specwatch \
         /var/lib/specwatch /var/lib/specwatch/mirrors /var/lib/specwatch/releases
 ENV OMP_NUM_THREADS=1 \
+    PATH=$PATH:/usr/local/cuda/bin \
     SPECWATCH_WORKER_MIRROR_DIR=/var/lib/specwatch/mirrors \
     SPECWATCH_WORKER_RELEASE_CACHE_DIR=/var/lib/specwatch/releases \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

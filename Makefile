@@ -107,11 +107,14 @@ test-cold: install
 
 # The compose tier (scripts/compose-test.sh): the stack of docker-compose.yml brought up for real through podman's
 # Docker API (podman, docker-compose and debootstrap installed from Debian's packages when missing; as root),
-# driven through a signed push to a confirmed violation alert and its Slack message, then taken down. Measured on
-# 2 busy cores: cold (base image, stand-ins, torch download and both images built) 18 min; warm (all cached) 3 min
-# 17 s, plus the image layers a change of the code or the dependencies rebuilds. CI runs it after `make test-vllm`.
+# driven through a signed push to a confirmed violation alert and its Slack message, then through a llama.cpp release
+# ($(LLAMACPP_PIP)) found by the release poller on the stack's own package index and compiled by the worker's
+# sandboxed install step inside its container from an empty cache (the quick run must fail only by the known
+# finding), then taken down. Measured on 2 shared cores (load 3 to 7): without the llama.cpp step, 9 min 26 s cold
+# (podman installed, debootstrap, stand-ins, both images built), 3 min 17 s warm; with it, 13 min 17 s with the
+# images cached but the code layer (the llama.cpp run 11 min 8 s of it: build_seconds 599, 17 quick cases).
 test-compose: install
-	SPECWATCH_COMPOSE_PYTHON=$(abspath $(BIN))/python scripts/compose-test.sh
+	SPECWATCH_COMPOSE_PYTHON=$(abspath $(BIN))/python SPECWATCH_COMPOSE_LLAMACPP='$(LLAMACPP_PIP)' scripts/compose-test.sh
 
 # The fast tier: the unit tests but those marked slow (no PostgreSQL, no Redis), under a minute.
 test-unit: install

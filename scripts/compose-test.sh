@@ -12,13 +12,18 @@
 #      python, postgres and redis images docker-compose.yml names, built from Debian's packages under those
 #      names (cached in podman's storage, rebuilt when compose/ci/ changes);
 #   4. a loopback package index serving the CPU torch wheel (found by `pip download`: a wheelhouse on disk or
-#      the pip cache), the worker image's TORCH_INDEX_URL;
+#      the pip cache), the worker image's TORCH_INDEX_URL; and the stack's own package index (scripts/compose_index.py,
+#      served by compose/ci.yml's `index`): the llama-cpp-python release of step 6 and what building it needs;
 #   5. the images built once each (api, worker), one after the other; `up -d`;
 #   6. scripts/compose_drive.py: a signed push of a good and a bad commit, the runs in the worker's sandbox, a
-#      confirmed violation alert, the Slack message, the history through the API and the CLI; then `down -v`.
+#      confirmed violation alert, the Slack message, the history through the API and the CLI; then a llama.cpp
+#      release (SPECWATCH_COMPOSE_LLAMACPP, default llama-cpp-python==0.3.36) found by the release poller, compiled
+#      by the worker's sandboxed install step inside its container from an empty release cache and run with the
+#      quick profile (its cold build: most of this tier's time); then `down -v`.
 #
 # Idempotent: a stack left over by an earlier run is taken down first. Environment: SPECWATCH_COMPOSE_CACHE
-# (default /var/cache/specwatch-compose), SPECWATCH_COMPOSE_TIMEOUT_S (the whole run's deadline, default 3600).
+# (default /var/cache/specwatch-compose), SPECWATCH_COMPOSE_TIMEOUT_S (the whole run's deadline, default 5400),
+# SPECWATCH_COMPOSE_LLAMACPP_S (the llama.cpp release's run: queued to finished, default 3000).
 # SPECWATCH_COMPOSE_PYTHON: the interpreter of the driver (needs httpx; `make test-compose` gives the venv's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +33,9 @@ PROJECT=specwatch-ci
 INDEX_PORT=${SPECWATCH_COMPOSE_INDEX_PORT:-18931}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 START=$(date +%s)
-DEADLINE=$((START + ${SPECWATCH_COMPOSE_TIMEOUT_S:-3600}))
+DEADLINE=$((START + ${SPECWATCH_COMPOSE_TIMEOUT_S:-5400}))
+LLAMACPP=${SPECWATCH_COMPOSE_LLAMACPP:-llama-cpp-python==0.3.36}
+LLAMACPP_S=${SPECWATCH_COMPOSE_LLAMACPP_S:-3000}
 mkdir -p "$CACHE"
 # One run at a time on a machine: they share the socket, the project name and the ports.
 exec 9> "$CACHE/lock"
@@ -156,6 +163,9 @@ for wheel in "$WHEELS"/torch-*.whl; do
 done > "$CACHE/index/simple/torch/index.html"
 python3 -m http.server --bind 127.0.0.1 --directory "$CACHE/index" "$INDEX_PORT" > "$CACHE/index.log" 2>&1 &
 INDEX_PID=$!
+# The stack's: downloaded once (kept in the cache), its pages written each run.
+say "the stack's package index: $LLAMACPP and what building it needs"
+bounded 1200 "${SPECWATCH_COMPOSE_PYTHON:-python3}" scripts/compose_index.py "$CACHE/stack-index" "$LLAMACPP" || fail "the stack's package index"
 
 # ------------------------------------------------------------------------ 5. images, then up
 # The shell's variables win over the env file in compose: the host's own pip settings (a wheelhouse path of
@@ -176,6 +186,9 @@ PIP_TRUSTED_HOST=127.0.0.1
 API_PORT=${SPECWATCH_COMPOSE_API_PORT:-18930}
 SLACK_PORT=${SPECWATCH_COMPOSE_SLACK_PORT:-18932}
 SPECWATCH_COMPOSE_REPOS=$CACHE/repos
+SPECWATCH_COMPOSE_INDEX=$CACHE/stack-index
+SPECWATCH_COMPOSE_LLAMACPP=$LLAMACPP
+SPECWATCH_COMPOSE_LLAMACPP_S=$LLAMACPP_S
 EOF
 # This machine's TLS-intercepting proxy (if any): pip inside the build trusts what the host trusts.
 for bundle in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
@@ -209,7 +222,7 @@ compose ps -a
 # ---------------------------------------------------------------------------------- 6. the drive
 say "driving the stack"
 SPECWATCH_COMPOSE_PROJECT=$PROJECT SPECWATCH_API_TOKEN=$API_TOKEN SPECWATCH_COMPOSE_ENV_FILE=$CACHE/ci.env \
-    bounded 1800 "${SPECWATCH_COMPOSE_PYTHON:-python3}" scripts/compose_drive.py "${COMPOSE_FILES[@]}" || fail "the drive"
+    bounded $((LLAMACPP_S + 1800)) "${SPECWATCH_COMPOSE_PYTHON:-python3}" scripts/compose_drive.py "${COMPOSE_FILES[@]}" || fail "the drive"
 say "services after the drive:"
 compose ps -a
 say "PASSED"

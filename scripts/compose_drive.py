@@ -15,6 +15,13 @@ SPECWATCH_COMPOSE_PROJECT (the compose project name), SPECWATCH_API_TOKEN (a wri
 4. Both runs executed by worker-cpu inside its bubblewrap sandbox: the correct commit passes, the buggy one
    fails; a confirmed violation alert on the buggy commit; its message at the local Slack endpoint.
 5. The history through the API and through the CLI inside the api container.
+6. A llama.cpp release (SPECWATCH_COMPOSE_LLAMACPP, e.g. llama-cpp-python==0.3.36) watched as a user would: the target
+   registered (its known findings seeded), the release found by the release poller on the stack's package index
+   (compose/ci.yml's ``index``: the containers have no other), its run of the ``quick`` profile (the housekeeping
+   worker's, which queues release runs) on worker-cpu: the source distribution downloaded and llama.cpp compiled by the
+   sandbox's install step inside the container, from an empty release cache, then the suite. It must test cases
+   (not all skipped), fail only where a known finding explains it, and open no alert; the build's identity (its
+   seconds, CMake options, tools) is read from the worker's release volume and printed with the run's wall time.
 Every wait has a timeout; the first failed check exits 1 with what it saw.
 """
 
@@ -27,6 +34,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +45,10 @@ import demo  # the demo's repository and webhook helpers, from this folder
 
 T = TypeVar("T")
 WORKER_UID = 10001  # the images' user `specwatch`: git refuses a repository another uid owns
-LONG_RUNNING = ("postgres", "redis", "api", "worker", "worker-cpu", "beat", "slack")
+LONG_RUNNING = ("postgres", "redis", "api", "worker", "worker-cpu", "beat", "slack", "index")
+#: Where the worker image keeps built llama-cpp-python releases (Dockerfile: SPECWATCH_WORKER_RELEASE_CACHE_DIR).
+RELEASES = "/var/lib/specwatch/releases"
+LLAMACPP_REPO = "https://github.com/abetlen/llama-cpp-python"
 
 
 class CheckFailedError(Exception):
@@ -186,7 +197,70 @@ def main(files: list[str]) -> int:
         step("history (CLI in the api container):\n" + cli.stdout.rstrip())
         cli_alerts = compose.run("exec", "-T", "api", "specwatch", "alerts", "--target", name, timeout_s=180)
         step("alerts (CLI in the api container):\n" + cli_alerts.stdout.rstrip())
+
+        # 6. A llama.cpp release, built inside the worker's container.
+        llamacpp_release(client, compose, token, env["SPECWATCH_COMPOSE_LLAMACPP"], float(env.get("SPECWATCH_COMPOSE_LLAMACPP_S", "3000")))
     return 0
+
+
+def llamacpp_release(client: httpx.Client, compose: Compose, token: str, requirement: str, timeout_s: float) -> None:
+    """Step 6 (module docstring): register the target, wait for the poller's run of the release, check it."""
+    auth = {"Authorization": f"Bearer {token}"}
+    version = requirement.split("==", 1)[1]
+    target = {"name": "llamacpp", "repo_url": LLAMACPP_REPO, "branches": ["main"], "adapter": "llamacpp", "install_mode": "pip"}
+    created = client.post("/targets", json={**target, "poll": "1m"}, headers=auth)
+    if created.status_code != 201:
+        raise CheckFailedError(f"POST /targets (llamacpp) answered {created.status_code}: {created.text}")
+    findings = [f["key"] for f in client.get("/targets/llamacpp/findings", headers=auth).json()]
+    step(f"target llamacpp (pip, {requirement} on the stack's index); known findings seeded: {findings}")
+    started = time.monotonic()
+    seen: list[str] = []
+
+    def finished() -> dict[str, Any] | None:
+        # A release is on no branch (the commits pages list a branch's): the target's queue and its last run.
+        target = next(t for t in client.get("/targets", headers=auth).json() if t["name"] == "llamacpp")
+        state = f"{target['queued_runs']} queued, {target['running_runs']} running"
+        if not seen or seen[-1] != state:
+            seen.append(state)
+            step(f"llamacpp: {state} after {time.monotonic() - started:.0f} s")
+        last = target["last_run"]
+        if last is None:
+            return None
+        run: dict[str, Any] = client.get(f"/runs/{last['id']}", headers=auth).json()
+        if run.get("install_failures") or run["status"] not in ("passed", "failed"):  # fail now, with why
+            log = client.get(f"/runs/{run['id']}/log", headers=auth).text
+            raise CheckFailedError(f"the release's run ended {run['status']} in the worker's container:\n{log[-3000:]}")
+        return run
+
+    run = wait("the llama.cpp release's run", finished, timeout_s, every_s=5)
+    cases = run["cases"]
+    verdicts = {c["case_id"]: c["verdict"] for c in cases}
+    tested = [case for case, verdict in verdicts.items() if verdict != "skipped"]
+    unexplained = [c["case_id"] for c in cases if c["verdict"] in ("fail", "error") and not c.get("finding")]
+    wall = (datetime.fromisoformat(run["finished_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    summary = f"run {run['id']} of {run['sha']} ({run['profile']}): {run['status']}, {len(tested)} of {len(cases)} case(s) tested"
+    if run["sha"] != f"release:{version}" or run["status"] not in ("passed", "failed") or not tested or unexplained:
+        log = client.get(f"/runs/{run['id']}/log", headers=auth).text
+        raise CheckFailedError(f"{summary}, failures no known finding explains: {unexplained}; {verdicts}\n{log[-3000:]}")
+    if run["library_distribution"] != "llama-cpp-python" or run["library_version"] != version:
+        raise CheckFailedError(f"{summary}, but it tested {run['library_distribution']} {run['library_version']}")
+    step(f"{summary} in {wall:.0f} s (queued to finished: {time.monotonic() - started:.0f} s)")
+    for case in cases:
+        known = f" (known: {case['finding']['key']})" if case.get("finding") else ""
+        step(f"  {case['case_id']}: {case['verdict']}, {case['n_trials']} trials{known}")
+    alerts = client.get("/alerts", params={"target": "llamacpp"}, headers=auth).json()
+    if alerts:
+        raise CheckFailedError(f"a run failing only by known findings opened alerts: {[(a['kind'], a['summary']) for a in alerts]}")
+    identity = f"{RELEASES}/llamacpp/{version}/python/specwatch-llamacpp-build.json"
+    info = json.loads(compose.run("exec", "-T", "worker-cpu", "cat", identity).stdout)
+    tools = {tool: "built" if "path" in entry else entry.get("error") for tool, entry in info["tools"].items()}
+    # Ninja's log of the build (each object's start and end), kept beside the env file: where the build's time goes.
+    ninja = compose.run("exec", "-T", "worker-cpu", "cat", f"{RELEASES}/llamacpp/{version}/build/.ninja_log", check=False)
+    (Path(os.environ["SPECWATCH_COMPOSE_ENV_FILE"]).parent / "llamacpp-ninja.log").write_text(ninja.stdout)
+    step(
+        f"built in the worker's container from an empty release cache: llama.cpp {info['llama_cpp_commit']} in "
+        f"{info['build_seconds']:.0f} s ({' '.join(info['cmake_options'])}); tools: {tools}; no alert opened"
+    )
 
 
 if __name__ == "__main__":

@@ -328,3 +328,27 @@ def environment_folder(cache: Path, key: str) -> Path:
     if not re.fullmatch(r"[0-9a-f]{16}", key):
         raise ValueError(f"not a dependency set's key: {key!r}")
     return cache / "envs" / key
+
+
+#: Files every llama.cpp checkout has at its top (``--source`` a llama.cpp checkout: its build goes in the cache).
+LLAMACPP_CHECKOUT_MARKERS = ("CMakeLists.txt", "include/llama.h")
+
+
+def source_tree_entry(cache: Path, checkout: Path) -> Path | None:
+    """The cache entry of a llama.cpp checkout's build keyed by its tree, ``<cache>/llamacpp/tree/<tree sha>``, when
+    the checkout is exactly a commit's tree (no tracked file changed, no untracked file git does not ignore); None
+    for anything else (not a llama.cpp checkout, not git, changed). The sandbox's build step of that tree is the only
+    one that may write it, and every later run of the same tree reuses the build (another commit has an entry of its
+    own, so no build of one tree can leave anything in another's)."""
+    if not all((checkout / marker).is_file() for marker in LLAMACPP_CHECKOUT_MARKERS):
+        return None
+    git = ["git", "-c", f"safe.directory={checkout}", "-C", str(checkout)]
+    try:
+        tree = subprocess.run([*git, "rev-parse", "HEAD^{tree}"], capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+        status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    sha = tree.stdout.strip()
+    if tree.returncode != 0 or status.returncode != 0 or status.stdout.strip() or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        return None
+    return cache / "llamacpp" / "tree" / sha

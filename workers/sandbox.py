@@ -240,7 +240,8 @@ class _Steps:
 
     def installing(self, argv: list[str], entries: list[Path]) -> tuple[int | None, bool, bool]:
         """An install step: in bubblewrap the package index only (through the proxy, specwatch.index_proxy) and
-        only ``entries`` of the cache writable (the other entries read-only); else as it is."""
+        only ``entries`` of the cache writable (the other entries read-only); else as it is. On a CUDA run it sees
+        the GPU as the test does: a build for this machine (llama.cpp's GGML_CUDA) looks for it."""
         cache = self.command.cache_dir
         assert cache is not None
         for entry in entries:
@@ -251,9 +252,9 @@ class _Steps:
             return self.step.run(argv, self.deadline, self.should_abort)
         index = self.scratch / "index.sock"
         confined_argv = self.confined(forwarded(argv, self.command.python, index))
-        wrapped = self.sandbox.argv(
-            confined_argv, cwd=self.scratch, writable=[self.scratch, *entries], read_only=[*self.checkout_paths, cache]
-        )
+        writable, read_only = [self.scratch, *entries], [*self.checkout_paths, cache]
+        gpu = self.command.device.startswith("cuda")
+        wrapped = self.sandbox.argv(confined_argv, cwd=self.scratch, writable=writable, read_only=read_only, gpu=gpu)
         with serving(index, index_hosts(self.step.env, self.command.python)):
             return self.step.run(wrapped, self.deadline, self.should_abort)
 

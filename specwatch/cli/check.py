@@ -315,7 +315,8 @@ def check(
 
 
 def _run(args: list[str], *, pip: str | None, source: Path | None, target: str | None, gpu: bool, sandboxed: bool) -> tuple[Streamed, Plan]:
-    """The suite run (a ``--pip`` release's install step first, when sandboxed) and how it was isolated."""
+    """The suite run (a ``--pip`` release's install step or a llama.cpp checkout's build step first, when sandboxed) and
+    how it was isolated."""
     with tempfile.TemporaryDirectory(prefix="specwatch-check-") as scratch:
         try:
             plan = isolated.plan(args, scratch=Path(scratch), pip=pip, source=source, target=target, gpu=gpu, sandboxed=sandboxed)

@@ -5,8 +5,9 @@ In the sandbox the code under test (a ``--pip`` release, a ``--source`` checkout
 sampler) gets a clean environment (no ``SPECWATCH_*`` variable, no database URL, no token: only PATH, LANG, the
 thread counts and, for the install step alone, pip's ``PIP_*`` settings), a scratch HOME, no network (a ``--pip``
 release is installed first, in a step of its own that reaches only the package index (:mod:`specwatch.index_proxy`)
-and writes only that release's cache entry), and
-the filesystem as read-only binds: the system, the interpreter, the ``specwatch`` package, the code under test and
+and writes only that release's cache entry; a llama.cpp ``--source`` checkout without changes is built first the
+same way, reaching nothing, writing only its tree's entry, :func:`specwatch.sandbox.source_tree_entry`), and the
+filesystem as read-only binds: the system, the interpreter, the ``specwatch`` package, the code under test and
 the release cache. ``~/.ssh``, ``/etc/shadow``, the other processes' ``/proc/<pid>/environ`` are not there. Each
 process is limited to :data:`MEMORY_LIMIT_BYTES` of address space, the sandbox's user namespace to
 :data:`MAX_PROCESSES` processes and threads (``RLIMIT_NPROC``; the kernel does not count root's tasks, so a root
@@ -26,7 +27,16 @@ from typing import Any
 
 from specwatch.index_proxy import forwarded, index_hosts, serving
 from specwatch.protocol import ExitStatus
-from specwatch.sandbox import GPU_DEVICES, PACKAGE, Sandbox, bubblewrap, release_entries, suite_environment, with_limits
+from specwatch.sandbox import (
+    GPU_DEVICES,
+    PACKAGE,
+    Sandbox,
+    bubblewrap,
+    release_entries,
+    source_tree_entry,
+    suite_environment,
+    with_limits,
+)
 
 #: The address space of each process of a sandboxed run (``RLIMIT_AS``), as the worker's default.
 MEMORY_LIMIT_BYTES = 16 * 1024**3
@@ -146,28 +156,34 @@ def plan(
     index_socket: Path | None = None
     index: frozenset[tuple[str, int]] = frozenset()
     writable = [scratch]
-    if pip is not None:
-        cache = Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch").expanduser().resolve()
-        entries = release_entries(cache, pip)
+    cache = Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch").expanduser().resolve()
+    checkout = source.expanduser().resolve() if source is not None and pip is None else None
+    tree = source_tree_entry(cache, checkout) if checkout is not None else None
+    entries = release_entries(cache, pip) if pip is not None else [tree] if tree is not None else []
+    if entries:
         for entry in entries:
             entry.mkdir(parents=True, exist_ok=True)
         env["SPECWATCH_CACHE_DIR"] = str(cache)
-        install_env = env | {name: value for name, value in os.environ.items() if _PIP.fullmatch(name)}
+        # pip's settings for a release's install step; a checkout's build step reaches nothing (an empty allow-list).
+        install_env = env | ({name: value for name, value in os.environ.items() if _PIP.fullmatch(name)} if pip else {})
         pip_paths = _existing(v.removeprefix("file://") for k, v in install_env.items() if _PIP.fullmatch(k) for v in v.split())
         index_socket = scratch / "index.sock"
-        index = frozenset(index_hosts(install_env, python))
-        step = forwarded([python, "-m", "specwatch.targets.install", pip], python, index_socket)
+        index = frozenset(index_hosts(install_env, python)) if pip else frozenset()
+        step = forwarded(
+            [python, "-m", "specwatch.targets.install", *([pip] if pip else ["--source", str(checkout)])], python, index_socket
+        )
         install = sandbox.argv(
             with_limits(step, python, MAX_PROCESSES, MEMORY_LIMIT_BYTES),
             cwd=scratch,
             writable=[scratch, *entries],
             read_only=[*read_only, cache, *pip_paths],  # the cache read-only under the entry being built
+            gpu=gpu,  # as the test: a build for this machine (llama.cpp's GGML_CUDA) looks for its GPU
         )
         read_only.append(cache)
     user = None
     if sandbox.drop_uid:
         user = (sandbox.uid, sandbox.gid)
-        for path in (scratch, home, *((e for e in release_entries(Path(env["SPECWATCH_CACHE_DIR"]), pip)) if pip else ())):
+        for path in (scratch, home, *entries):
             os.chown(path, *user)
     argv = sandbox.argv(
         with_limits(command, python, MAX_PROCESSES, MEMORY_LIMIT_BYTES), cwd=cwd, writable=writable, read_only=read_only, gpu=gpu

@@ -270,6 +270,16 @@ def _pip_target(
     return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
 
 
+def build_checkout_tree(checkout: Path) -> Path:
+    """Build a source checkout that its target builds (llama.cpp) into the cache entry of its tree, the sandbox's build
+    step (the checkout's ``build`` hook with ``tree=True``: :class:`~specwatch.targets.registry.Checkout`)."""
+    root = checkout.expanduser().resolve()
+    for info in registry().targets.values():
+        if info.checkout is not None and hook(info.checkout.recognise)(root):
+            return Path(hook(info.checkout.build)(root, cache_root().parent, tree=True))
+    raise TargetError(f"--source {checkout}: no registered target builds this checkout")
+
+
 def source_path(checkout: str) -> Path:
     """The folder to put first on PYTHONPATH for a source checkout (its ``src/`` when it has one); a llama.cpp
     checkout is built first (its tools, into the cache: :mod:`.llamacpp.checkout`) and the folder is its build's."""
@@ -320,13 +330,17 @@ def keep_interpreter_builds(target: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Install the release ``argv[0]`` names: exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
+    """Install the release ``argv[0]`` names (or, ``--source PATH``, build a llama.cpp checkout's tree into its cache
+    entry): exit 0, :attr:`ExitStatus.INSTALL` when pip cannot, else usage (2)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m specwatch.targets.install NAME==VERSION", file=sys.stderr)  # noqa: T201
+    if len(args) not in (1, 2) or (len(args) == 2) != (args[0] == "--source"):
+        print("usage: python -m specwatch.targets.install NAME==VERSION | --source CHECKOUT", file=sys.stderr)  # noqa: T201
         return ExitStatus.USAGE
     try:
-        pip_install(args[0])
+        if len(args) == 2:
+            build_checkout_tree(Path(args[1]))
+        else:
+            pip_install(args[0])
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)  # noqa: T201 - the one-line reason the worker keeps
         return ExitStatus.INSTALL

@@ -98,8 +98,9 @@ class Distribution:
 @dataclass(frozen=True)
 class Checkout:
     """A kind of source checkout that is built before it is tested (``--source PATH``): ``recognise`` (``module:function``,
-    ``(Path) -> bool``) says whether a folder is one, ``build`` (``module:function``, ``(Path, cache) -> Path``) builds it
-    into the cache and returns the folder to put first on ``PYTHONPATH``; ``distribution`` names what it is."""
+    ``(Path) -> bool``) says whether a folder is one, ``build`` (``module:function``, ``(Path, cache, *, tree=False) -> Path``)
+    builds it into the cache and returns the folder to put first on ``PYTHONPATH`` (``tree=True``: the sandbox's build
+    step, into the cache entry of the checkout's tree only); ``distribution`` names what it is."""
 
     distribution: str
     recognise: str

@@ -15,6 +15,7 @@ import ast
 import functools
 import importlib
 import inspect
+import json
 import os
 import pkgutil
 import re
@@ -356,11 +357,19 @@ def test_suite_workers_can_run_bubblewrap(compose: tuple[str, ...], tmp_path: Pa
 
 
 def test_ci_override_changes_only_what_ci_needs(compose: tuple[str, ...], tmp_path: Path) -> None:
-    directory = project(tmp_path, {**REQUIRED_SECRETS, "SPECWATCH_COMPOSE_REPOS": "/srv/repos", "TORCH_VARIANT": "cpu"})
+    values = {"SPECWATCH_COMPOSE_REPOS": "/srv/repos", "SPECWATCH_COMPOSE_INDEX": "/srv/index", "TORCH_VARIANT": "cpu"}
+    directory = project(tmp_path, {**REQUIRED_SECRETS, **values})
     files = (COMPOSE, COMPOSE_CPU, COMPOSE_PODMAN, COMPOSE_PODMAN_CPU)
     base, ci = resolved(compose, directory, *files)["services"], resolved(compose, directory, *files, COMPOSE_CI)["services"]
-    assert set(ci) - set(base) == {"slack"}
+    assert set(ci) - set(base) == {"slack", "index"}
     assert published_ports(ci["slack"])[0][0] == "127.0.0.1"
+    assert "ports" not in ci["index"]  # the stack's package index: on the compose network only
+    assert "/srv/index" in volume_sources(ci["index"])
+    # The suite worker's install step reaches that index (named into its sandbox); the release poller reads it.
+    suite = ci["worker-cpu"]["environment"]
+    assert suite["PIP_INDEX_URL"] == "http://index:8080/simple"
+    assert {"PIP_INDEX_URL", "PIP_TRUSTED_HOST"} <= set(json.loads(suite["SPECWATCH_WORKER_ENV_PASSTHROUGH"]))
+    assert ci["worker"]["environment"]["SPECWATCH_WORKER_PYPI_URL"] == "http://index:8080"
     for name, service in base.items():
         for key in ("command", "image", "depends_on", "security_opt", "healthcheck", "restart"):
             assert ci[name].get(key) == service.get(key), (name, key)
@@ -511,6 +520,33 @@ def test_compose_builds_existing_dockerfile_targets(main_config: dict[str, Any])
     assert list(stages)[-1] == "api", "a plain `docker build .` gives the api image"
 
 
+def test_the_worker_image_can_build_llamacpp_and_takes_a_cuda_toolkit(
+    compose: tuple[str, ...], main_config: dict[str, Any], tmp_path: Path
+) -> None:
+    """The worker image has what the llama.cpp build needs (each of build.BUILD_COMMANDS from a package installed)
+    and the sandbox it runs in (bubblewrap); CUDA_TOOLKIT reaches the worker image's build through compose (empty by
+    default), and the Dockerfile's CUDA step, run as the build runs it, does nothing when it is empty and refuses
+    anything but a version MAJOR-MINOR before it downloads anything."""
+    from specwatch.targets.llamacpp.build import BUILD_COMMANDS
+
+    stages = dockerfile_stages()
+    packages = {word for line in stages["worker"] if "apt-get install" in line for word in line.split()}
+    provides = {"cmake": "cmake", "g++": "g++", "c++": "g++", "ninja": "ninja-build", "make": "make", "clang++": "clang"}
+    for what, commands in BUILD_COMMANDS.items():
+        assert any(provides[c] in packages for c in commands), what
+    assert {"bubblewrap", "git"} <= packages
+    assert main_config["services"]["worker"]["build"]["args"]["CUDA_TOOLKIT"] == ""
+    asked = resolved(compose, project(tmp_path, {**REQUIRED_SECRETS, "CUDA_TOOLKIT": "12-6"}))["services"]
+    assert asked["worker"]["build"]["args"]["CUDA_TOOLKIT"] == "12-6"
+    assert "ARG CUDA_TOOLKIT=" in stages["worker"]
+    (step,) = [line.removeprefix("RUN ") for line in stages["worker"] if line.startswith("RUN ") and "CUDA_TOOLKIT" in line]
+    path = f"{Path(sys.executable).parent}:{os.defpath}"  # `python`, as in the image
+    for value, refused in (("", False), ("12.6", True), ("latest", True), ("12-6; true", True), ("12-6\n13-0", True)):
+        env = {"PATH": path, "CUDA_TOOLKIT": value, "CUDA_REPOSITORY": "http://127.0.0.1:9"}  # nothing listens on port 9
+        done = subprocess.run(["sh", "-c", step], env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert (done.returncode, "must be empty or a CUDA version" in done.stderr) == ((1, True) if refused else (0, False)), value
+
+
 def test_images_run_as_an_unprivileged_user() -> None:
     stages = dockerfile_stages()
     for name in ("api", "worker"):
@@ -593,9 +629,13 @@ def test_dockerfile_pins_match_the_project() -> None:
         for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
         if r.startswith("transformers")
     )
+    dev_gguf = next(
+        r for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"] if r.startswith("gguf")
+    )
     assert makefile_torch
     assert f"ARG TORCH_VERSION={makefile_torch[1]}\n" in text
     assert f"ARG TRANSFORMERS_VERSION={dev_transformers.split('==')[1]}\n" in text
+    assert f"ARG GGUF_VERSION={dev_gguf.split('==')[1]}\n" in text
 
 
 # ---------------------------------------------------------------------------------------- .env.example

@@ -132,7 +132,10 @@ def _download(requirement: str, root: Path) -> Path:
     existing = sorted(root.glob("*.tar.gz"))
     if existing:
         return existing[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:"]
+    # The release's source distribution, never a wheel of it; what building its metadata needs (scikit-build-core)
+    # may come as wheels: with `--no-binary :all:` pip wanted scikit-build-core's own sdist too, which an index of
+    # wheels (a mirror, the compose tier's) does not have.
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-binary", DISTRIBUTION]
     result = subprocess.run([*cmd, "-d", str(root), requirement], capture_output=True, text=True, check=False)  # noqa: S603
     found = sorted(root.glob("*.tar.gz"))
     if result.returncode != 0 or not found:
@@ -145,10 +148,26 @@ def _extract(sdist: Path, dest: Path) -> Path:
     top = dest / sdist.name.removesuffix(".tar.gz")
     if not top.is_dir():
         with tarfile.open(sdist) as archive:
-            archive.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(dest, filter="data")
+            else:  # Python 3.11 before 3.11.4 (Debian bookworm's 3.11.2) has no filters: the same refusals by hand
+                _refuse_outside(archive, dest, sdist.name)
+                archive.extractall(dest)  # noqa: S202 - every member checked just above
     if not top.is_dir():
         raise TargetError(f"{sdist.name} has no top folder {top.name}")
     return top
+
+
+def _refuse_outside(archive: tarfile.TarFile, dest: Path, name: str) -> None:
+    """:class:`TargetError` unless every member of ``archive`` is a file, folder or link that stays inside ``dest``
+    (what ``filter="data"`` also refuses: absolute or ``..`` paths, links out of ``dest``, devices, fifos)."""
+    root = dest.resolve()
+    for member in archive.getmembers():
+        path = (root / member.name).resolve()
+        linked = (path.parent / member.linkname).resolve() if member.issym() else (root / member.linkname).resolve()
+        outside = not path.is_relative_to(root) or ((member.issym() or member.islnk()) and not linked.is_relative_to(root))
+        if outside or not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise TargetError(f"{name}: refusing to extract {member.name!r} (outside the release's folder, or not a file)")
 
 
 def cmake_build(

@@ -4,7 +4,12 @@ A checkout is recognised by its ``CMakeLists.txt`` and ``include/llama.h``. Its 
 path under ``<cache>/llamacpp/source/``, reused from run to run: CMake rebuilds what changed since the last run
 (another commit checked out, edits), so the build identity is rewritten on every run with the commit checked out
 now (``git rev-parse HEAD``; ``dirty`` when tracked files differ from it) and the seconds that run's build took
-(the whole compile the first time, a few seconds when nothing changed). The identity's folder, put first on
+(the whole compile the first time, a few seconds when nothing changed).
+
+In the sandbox (``specwatch check --source``) the build is a step of its own that may write only the entry of the
+checkout's tree (:func:`specwatch.sandbox.source_tree_entry`, ``<cache>/llamacpp/tree/<tree sha>/<options>``); a
+later run of the same tree, sandboxed or not, reuses that build without compiling. A checkout with changes has no
+tree entry: sandboxed, it is built in the run's scratch folder every time. The identity's folder, put first on
 ``PYTHONPATH`` as a release's package folder is, holds no ``llama_cpp``: the cases of llama-cpp-python's paths say
 so and are skipped; the tools' cases run.
 """
@@ -18,13 +23,14 @@ import sys
 import time
 from pathlib import Path
 
+from specwatch.sandbox import LLAMACPP_CHECKOUT_MARKERS, source_tree_entry
 from specwatch.targets import TargetError
 from specwatch.targets.install_errors import InstallError
 from specwatch.targets.llamacpp import CACHE_FOLDER, SOURCE_DISTRIBUTION
-from specwatch.targets.llamacpp.build import BUILD_INFO, TOOLS, cmake_build
+from specwatch.targets.llamacpp.build import BUILD_INFO, TOOLS, cmake_build, cmake_options
 
 #: Files every llama.cpp checkout has at its top.
-MARKERS = ("CMakeLists.txt", "include/llama.h")
+MARKERS = LLAMACPP_CHECKOUT_MARKERS
 
 
 def is_llamacpp_checkout(path: Path) -> bool:
@@ -37,13 +43,31 @@ def checkout_root(checkout: Path, cache: Path) -> Path:
     return cache / CACHE_FOLDER / "source" / key
 
 
-def build_checkout(checkout: Path, cache: Path, *, tools: tuple[str, ...] = TOOLS, log: bool = True) -> Path:
-    """Build the checkout's library and ``tools`` (incrementally where built before) and return the folder holding
-    its build identity. :class:`~specwatch.targets.TargetError` when it does not build: the checkout is broken."""
+def tree_build(checkout: Path, cache: Path) -> Path | None:
+    """The folder of the checkout's tree build with this machine's CMake options (its identity's), or None where
+    the checkout has no tree entry (:func:`specwatch.sandbox.source_tree_entry`)."""
+    entry = source_tree_entry(cache, checkout)
+    if entry is None:
+        return None
+    return entry / hashlib.sha256(" ".join(cmake_options()).encode()).hexdigest()[:12]
+
+
+def build_checkout(checkout: Path, cache: Path, *, tools: tuple[str, ...] = TOOLS, log: bool = True, tree: bool = False) -> Path:
+    """Build the checkout's library and ``tools`` and return the folder holding its build identity: a build of its
+    tree as it is (:func:`tree_build`) reused, else into that tree build with ``tree`` (the sandbox's build step;
+    :class:`~specwatch.targets.TargetError` when the checkout has changes), else into the checkout path's folder
+    (incrementally where built before). :class:`~specwatch.targets.TargetError` when it does not build."""
     checkout = checkout.resolve()
     if not is_llamacpp_checkout(checkout):
         raise TargetError(f"--source {checkout}: not a llama.cpp checkout (no {' or '.join(MARKERS)})")
-    root = checkout_root(checkout, cache)
+    kept = tree_build(checkout, cache)
+    if kept is not None and (kept / "python" / BUILD_INFO).is_file():
+        if log:
+            print(f"reusing the build of the llama.cpp checkout's tree in {kept}", file=sys.stderr, flush=True)  # noqa: T201
+        return kept / "python"
+    if tree and kept is None:
+        raise TargetError(f"--source {checkout}: a build kept by its tree needs a git checkout without changes")
+    root = kept if tree and kept is not None else checkout_root(checkout, cache)
     python = root / "python"
     python.mkdir(parents=True, exist_ok=True)
     commit, dirty = git_commit(checkout)

@@ -100,6 +100,37 @@ def test_a_pip_run_installs_its_release_in_a_step_of_its_own() -> None:
     assert command.install_argv()[-1] == "transformers==4.46.3"
 
 
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_install_step_sees_the_gpu_exactly_when_the_run_does(device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A llama-cpp-python release compiles llama.cpp in the install step, with CUDA where the worker has a GPU
+    (specwatch/targets/llamacpp/build.py: cuda_device): without the GPU's device nodes there, a CUDA worker built a
+    CPU-only llama.cpp and its CUDA runs tested it."""
+    steps: list[list[str]] = []
+
+    def record(self: object, argv: list[str], deadline: float, should_abort: object) -> tuple[int, bool, bool]:
+        steps.append(argv)
+        return 0, False, False
+
+    monkeypatch.setattr(worker_supervise.Step, "run", record)
+    command = SuiteCommand(
+        python=sys.executable,
+        target="llamacpp",
+        suite_args=(),
+        seed=1,
+        device=device,
+        python_path=(SPECWATCH_ROOT,),
+        timeout_s=60,
+        memory_limit_bytes=None,
+        pip="llama-cpp-python==0.3.36",
+        env=(("SPECWATCH_CACHE_DIR", str(tmp_path / "cache")),),
+        sandbox=BWRAP,
+    )
+    (tmp_path / "scratch").mkdir()
+    worker_sandbox.run_suite_process(command, tmp_path / "scratch")
+    install, test = steps
+    assert _binds(install, "--dev-bind") == _binds(test, "--dev-bind") == (["/dev/null"] if device == "cuda" else [])
+
+
 def test_the_install_step_writes_only_its_own_release_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 28, item 7: the other releases' entries are read-only while a release installs (a source package's build
     runs code), its own entry is writable; checked by running the install step's real bubblewrap command line."""

@@ -239,3 +239,94 @@ def test_no_sandbox_and_no_bubblewrap_run_as_the_caller_and_say_so(tmp_path: Pat
     plan = _plan(tmp_path, ["run"])
     assert not plan.sandboxed
     assert plan.describe() == "NOT sandboxed (no sandbox here: bubblewrap (bwrap) is not installed; --no-sandbox to say you mean it)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_install_step_sees_the_gpu_exactly_when_the_run_does(gpu: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A llama-cpp-python release compiles llama.cpp in the install step, with CUDA where the machine has a GPU
+    (specwatch/targets/llamacpp/build.py: cuda_device): without the GPU's device nodes there, a CUDA machine built
+    a CPU-only llama.cpp and the CUDA run tested it."""
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(isolated, "GPU_DEVICES", ("/dev/null",))  # a device node every machine has, as the GPU's
+    plan = _plan(tmp_path, ["run", "--events", "--pip", "llama-cpp-python==0.3.36"], pip="llama-cpp-python==0.3.36", gpu=gpu)
+    assert plan.install is not None
+
+    def devices(argv: list[str]) -> list[str]:
+        return [argv[i + 1] for i, arg in enumerate(argv) if arg == "--dev-bind"]
+
+    assert devices(plan.install) == devices(plan.command) == (["/dev/null"] if gpu else [])
+
+
+def _tiny_llamacpp(repo: Path) -> Path:
+    """A git checkout that builds like llama.cpp (CMake targets ``llama``, ``llama-speculative``, ``llama-server``,
+    binaries in ``build/bin``) in seconds."""
+    (repo / "include").mkdir(parents=True)
+    (repo / "include" / "llama.h").write_text("int llama_answer();\n")
+    (repo / "llama.cpp").write_text('#include "llama.h"\nint llama_answer() { return 42; }\n')
+    (repo / "tool.cpp").write_text('#include "llama.h"\nint main() { return llama_answer() == 42 ? 0 : 1; }\n')
+    (repo / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(llama CXX)\n"
+        "set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\nset(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\n"
+        "add_library(llama llama.cpp)\ntarget_include_directories(llama PUBLIC include)\n"
+        "add_executable(llama-speculative tool.cpp)\ntarget_link_libraries(llama-speculative llama)\n"
+        "add_executable(llama-server tool.cpp)\ntarget_link_libraries(llama-server llama)\n"
+    )
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "tiny"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return repo
+
+
+@pytest.mark.slow
+def test_a_checkout_is_built_once_per_tree_by_a_step_that_writes_only_its_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandboxed ``--source`` llama.cpp checkout: a build step of its own (no network, the cache read-only but for
+    the entry of the checkout's tree) compiles it once; the run step, and every later run of the same tree, reuse
+    that build with the cache read-only (before: compiled from scratch in the run's scratch folder every run)."""
+    from specwatch.sandbox import source_tree_entry
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(cache))
+    repo = _tiny_llamacpp(tmp_path / "llama.cpp")
+    (tmp_path / "scratch").mkdir()
+    plan = _plan(tmp_path, ["run", "--events", "--source", str(repo)], source=repo)
+    entry = source_tree_entry(cache, repo)
+    assert plan.install is not None
+    assert entry is not None
+    assert plan.install[-2:] == ["--source", str(repo)]
+    assert plan.index == frozenset()  # the build reaches nothing
+    assert _binds(plan.install, "--bind") == [str(tmp_path / "scratch"), str(entry)]
+    code, reason = isolated.run_install(plan)
+    assert (code, reason) == (0, None)
+    (identity,) = entry.glob("*/python/specwatch-llamacpp-build.json")
+    info = json.loads(identity.read_text())
+    assert set(info["tools"]) == {"llama-speculative", "llama-server"}
+    assert all("path" in tool for tool in info["tools"].values())
+    assert [p.relative_to(cache) for p in cache.glob("*/*/*")] == [entry.relative_to(cache)]  # nothing else written
+    # The run step (the cache read-only) finds the build of this tree and compiles nothing.
+    probe = "import sys; from specwatch.targets.install import source_path; print(source_path(sys.argv[1]))"
+    argv = [*plan.command[: plan.command.index("--") + 1], sys.executable, "-c", probe, str(repo)]
+    done = subprocess.run(argv, env=plan.env, capture_output=True, text=True, check=False, **plan.popen_options())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(identity.parent)
+    assert "reusing the build" in done.stderr
+    # A later run of the same tree: its build step reuses it too.
+    again = _plan(tmp_path, ["run", "--events", "--source", str(repo)], source=repo)
+    assert isolated.run_install(again) == (0, None)
+    assert json.loads(identity.read_text()) == info
+
+
+@pytest.mark.unit
+def test_a_checkout_with_changes_has_no_build_step_and_no_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECWATCH_CACHE_DIR", str(tmp_path / "cache"))
+    repo = _tiny_llamacpp(tmp_path / "llama.cpp")
+    (repo / "llama.cpp").write_text("// edited\n")
+    (tmp_path / "scratch").mkdir()
+    plan = _plan(tmp_path, ["run", "--events", "--source", str(repo)], source=repo)
+    assert plan.install is None
+    assert not (tmp_path / "cache").exists()
+
+
+def _binds(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == flag]

@@ -96,3 +96,106 @@ def test_run_source_on_a_checkout_that_does_not_build_is_a_target_error(tmp_path
     assert f"--source {repo}" in err
     assert "llama.cpp" in err
     assert "no target tests" not in err
+
+
+def _fake_checkout(repo: Path) -> Path:
+    """A git checkout with a llama.cpp checkout's marker files, at one commit."""
+    (repo / "include").mkdir(parents=True)
+    (repo / "CMakeLists.txt").write_text("project(llama)\n")
+    (repo / "include" / "llama.h").write_text("// llama\n")
+    (repo / ".gitignore").write_text("build/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "x")
+    return repo
+
+
+def test_a_checkout_has_a_tree_entry_only_when_it_is_exactly_a_commits_tree(tmp_path):
+    from specwatch.sandbox import source_tree_entry
+
+    cache = tmp_path / "cache"
+    repo = tmp_path / "llama.cpp"
+    (repo / "include").mkdir(parents=True)
+    (repo / "CMakeLists.txt").write_text("project(llama)\n")
+    (repo / "include" / "llama.h").write_text("// llama\n")
+    assert source_tree_entry(cache, repo) is None  # not git
+    _fake_checkout(tmp_path / "clean")
+    clean = tmp_path / "clean"
+    tree = _git(clean, "rev-parse", "HEAD^{tree}")
+    assert source_tree_entry(cache, clean) == cache / "llamacpp" / "tree" / tree
+    (clean / "build").mkdir()
+    (clean / "build" / "x.o").write_text("ignored")
+    assert source_tree_entry(cache, clean) == cache / "llamacpp" / "tree" / tree  # ignored files do not count
+    (clean / "extra.cpp").write_text("// untracked\n")
+    assert source_tree_entry(cache, clean) is None
+    (clean / "extra.cpp").unlink()
+    (clean / "CMakeLists.txt").write_text("project(llama2)\n")
+    assert source_tree_entry(cache, clean) is None
+    assert source_tree_entry(cache, tmp_path) is None  # not a llama.cpp checkout
+
+
+def test_a_tree_build_is_made_once_and_reused_by_later_runs_of_the_same_tree(tmp_path, monkeypatch):
+    from specwatch.targets.llamacpp import checkout as source
+
+    built: list[Path] = []
+
+    def fake_build(tree, build_dir, log_path, requirement, tools):
+        built.append(build_dir)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        return [*build.CMAKE_OPTIONS, "-DGGML_CUDA=OFF"], {}
+
+    monkeypatch.setattr(source, "cmake_build", fake_build)
+    cache = tmp_path / "cache"
+    repo = _fake_checkout(tmp_path / "llama.cpp")
+    first = build_checkout(repo, cache, tree=True, log=False)
+    assert first.is_relative_to(cache / "llamacpp" / "tree" / _git(repo, "rev-parse", "HEAD^{tree}"))
+    assert build_checkout(repo, cache, log=False) == first  # reused, sandboxed or not: nothing compiled
+    assert build_checkout(repo, cache, tree=True, log=False) == first
+    assert len(built) == 1
+    (repo / "include" / "llama.h").write_text("// llama, next commit\n")
+    with pytest.raises(TargetError, match="without changes"):
+        build_checkout(repo, cache, tree=True, log=False)
+    _git(repo, "commit", "-q", "-am", "next")
+    second = build_checkout(repo, cache, tree=True, log=False)
+    assert second != first  # another tree, an entry of its own
+    assert len(built) == 2
+
+
+def _sdist(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            archive.addfile(info)
+    return path
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["tarfile filters", "Python 3.11 before 3.11.4"])
+def test_a_release_is_extracted_inside_its_folder_only(filters, tmp_path, monkeypatch):
+    """The compose tier's stand-in image runs Debian bookworm's Python 3.11.2, whose tarfile has no ``filter``: the
+    release's extraction failed there with a TypeError. Both ways extract a plain distribution and refuse a member
+    that leaves the release's folder."""
+    import tarfile
+
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    good = _sdist(tmp_path / "pkg-1.0.tar.gz", {"pkg-1.0/pyproject.toml": b"[project]\n"}, {"pkg-1.0/link": "pyproject.toml"})
+    top = build._extract(good, tmp_path / "out")
+    assert (top / "pyproject.toml").read_bytes() == b"[project]\n"
+    for name, members, links in (
+        ("up-1.0", {"up-1.0/../../evil": b"x"}, {}),
+        ("abs-1.0", {"/tmp/evil-abs": b"x"}, {}),
+        ("sym-1.0", {"sym-1.0/a": b"x"}, {"sym-1.0/out": "../../../etc/passwd"}),
+    ):
+        bad = _sdist(tmp_path / f"{name}.tar.gz", members, links)
+        with pytest.raises((TargetError, tarfile.FilterError) if filters else TargetError):
+            build._extract(bad, tmp_path / name)
+    assert not (tmp_path / "evil").exists()
+    assert not Path("/tmp/evil-abs").exists()  # the path the archive names
