@@ -29,6 +29,9 @@ class Call:
     #: its one (``perf_metrics.raw_metrics.m_batch_sizes``: tokens per step).
     drafted: int | None
     accepted: int
+    #: Tokens each target step emitted (``perf_metrics.raw_metrics.m_batch_sizes``): the first step is the prompt's
+    #: forward (one token), each later one a verification round (its accepted drafts and the target's own token).
+    steps: tuple[int, ...] = ()
 
 
 class Pipeline:
@@ -80,6 +83,18 @@ class Pipeline:
             if metrics is not None:
                 drafted, accepted = int(metrics.get_num_draft_tokens()), int(metrics.get_num_accepted_tokens())
             else:
-                steps = [int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes]
-                drafted, accepted = None, sum(steps) - len(steps)
-        return Call(tokens, drafted, accepted)
+                sizes = [int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes]
+                drafted, accepted = None, sum(sizes) - len(sizes)
+        steps = tuple(int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes)
+        return Call(tokens, drafted, accepted, steps)
+
+
+_pipelines: dict[tuple[str, bool, Family], Pipeline] = {}
+
+
+def pipeline(path: str, *, prefix_caching: bool = True, family: Family = DEFAULT_FAMILY) -> Pipeline:
+    """The process's one :class:`Pipeline` of ``path`` and prefix caching (built on first use)."""
+    key = (path, prefix_caching, family)
+    if key not in _pipelines:
+        _pipelines[key] = Pipeline(path, prefix_caching=prefix_caching, family=family)
+    return _pipelines[key]
