@@ -88,13 +88,3 @@ class Pipeline:
         steps = tuple(int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes)
         return Call(tokens, drafted, accepted, steps)
 
-
-_pipelines: dict[tuple[str, bool, Family], Pipeline] = {}
-
-
-def pipeline(path: str, *, prefix_caching: bool = True, family: Family = DEFAULT_FAMILY) -> Pipeline:
-    """The process's one :class:`Pipeline` of ``path`` and prefix caching (built on first use)."""
-    key = (path, prefix_caching, family)
-    if key not in _pipelines:
-        _pipelines[key] = Pipeline(path, prefix_caching=prefix_caching, family=family)
-    return _pipelines[key]
