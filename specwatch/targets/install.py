@@ -77,8 +77,17 @@ def pip_install(requirement: str, *, log: bool = True) -> Path:
 
     The folder is reused once complete; torch, numpy and scipy stay the interpreter's own
     (a constraints file pins them to the installed versions, and they are removed from the folder), and
-    torch's companion builds (:data:`_COMPANIONS`) are removed from it.
+    torch's companion builds (:data:`_COMPANIONS`) are removed from it. A distribution that names a ``prepare``
+    function has it run on the folder after every install (it keeps its own marker of what it made).
     """
+    folder = _install(requirement, log=log)
+    found = registry().distribution(_requirement_name(requirement))
+    if found is not None and found[1].prepare is not None:
+        hook(found[1].prepare)(folder, log=log)
+    return folder
+
+
+def _install(requirement: str, *, log: bool) -> Path:
     if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+(==|>=|<=|~=)[A-Za-z0-9_.\-+]+", requirement):
         raise TargetError(f"--pip expects NAME==VERSION (or another single specifier), got {requirement!r}")
     found = registry().distribution(_requirement_name(requirement))

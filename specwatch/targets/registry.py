@@ -71,6 +71,9 @@ class Distribution:
       folder per version under it: the only cache entry its sandboxed build may write); ``build``: the function
       (``module:function``, called as ``build(requirement, cache, log=...)``) that builds an exact release there and
       returns the folder to put first on ``PYTHONPATH``;
+    - ``prepare``: a function (``module:function``, called as ``prepare(folder, log=...)``) run after each install of a
+      release into its folder, in the install step (the only step that may write the folder): what the target's cases
+      need made once per release (OpenVINO GenAI: its tiny models exported to IR by the release's own exporter);
     - ``cpu_build``: the distribution that publishes CPU builds of the same releases (a CPU worker tests that one);
     - ``package``: the import package a ``--source`` checkout of it holds (``src/<package>/__init__.py`` or
       ``<package>/__init__.py``); default: the name with ``_`` for ``-``.
@@ -83,6 +86,7 @@ class Distribution:
     macos_only: tuple[str, str] | None = None
     built: str | None = None
     build: str | None = None
+    prepare: str | None = None
     cpu_build: str | None = None
     package: str = ""
 

@@ -105,3 +105,29 @@ def test_the_first_tokens_follow_genais_law(path: str, prefix_caching: bool, ass
     support = law > 0
     assert counts[~support].sum() == 0, f"{int(counts[~support].sum())} calls emitted a sequence {chain.describe()} excludes"
     assert stats.chisquare(counts[support], law[support] * CALLS).pvalue > ALPHA
+
+
+def test_the_adapter_offers_every_path_of_the_release() -> None:
+    """The adapter finds the draft model, prompt lookup and prefix caching in the installed release: none of its cases
+    is skipped; the version is the distribution's (what known findings' ranges match)."""
+    from importlib import metadata
+
+    from specwatch.targets.openvino.adapter import OpenVinoAdapter
+
+    adapter = OpenVinoAdapter.load()
+    assert adapter.describe().version == metadata.version("openvino-genai")
+    cases = adapter.cases()
+    assert [c.id for c in cases if c.skip_reason] == []
+    prefixes = {c.id.split("/")[1] for c in cases}
+    assert prefixes == {"plain", "draft", "lookup", "greedy", "forward"}
+    assert any(c.id.endswith("/no_prefix_cache") for c in cases)
+
+
+def test_the_ir_of_a_cached_release_lies_in_its_own_cache_entry() -> None:
+    """Run from a release cache entry (make test-openvino), the IR is the one its install step exported there."""
+    from specwatch.targets.openvino.models import IR_FOLDER, exported, release_folder
+
+    folder = release_folder()
+    assert folder is not None, "make test-openvino runs the release from its cache entry"
+    assert exported().root.parent == folder / IR_FOLDER
+    assert (exported().target / "openvino_model.xml").exists()

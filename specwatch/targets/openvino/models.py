@@ -5,7 +5,9 @@ Built in code (no hub download): a 2-layer random Llama (hidden 64, 2 heads of 3
 tokens with a ``tokenizers`` WordLevel tokenizer (one word per character, split per character, no special tokens but
 the end token), saved as a transformers checkpoint and exported with optimum-intel (``optimum-cli export openvino
 --task text-generation-with-past --weight-format fp32``, which converts the tokenizer with openvino-tokenizers). The
-export runs once per model family and release, into ``SPECWATCH_CACHE_DIR/openvino/<release>/<family>/``; the
+export runs once per model family and release: for a release of the release cache, in its install step, into the
+release's own cache entry (``<entry>/specwatch-openvino-ir/<family>/``, :func:`prepare_release`: the only step that may
+write it), else into ``SPECWATCH_CACHE_DIR/openvino/<release>/<family>/``; the
 float64 copy of the same weights is the oracle of the exact laws, and :func:`forward_difference` checks that the IR
 computes the same function within float32 noise (``INFERENCE_PRECISION_HINT=f32``: CPUs with AMX or AVX512-bf16
 otherwise run in bf16).
@@ -20,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from specwatch.targets import TargetError
 from specwatch.targets.tiny import DRAFT_NOISE, FFN, HEAD_SCALE, HEADS, HIDDEN, LAYERS, noisy_draft, tiny_llama
 
 #: The characters of the vocabulary, in id order; ``EOS`` is the end token (never emitted by the fixtures' prompts).
@@ -72,6 +76,12 @@ class Exported:
 
 
 _float64: dict[tuple[Family, str], Any] = {}
+#: Families exported into temporary space by this process (their cache folder was read-only).
+_scratch: dict[Family, Path] = {}
+#: The marker of a complete release cache entry (:func:`specwatch.targets.install.pip_install`), and the folder of
+#: the release's IR inside it.
+INSTALLED = ".specwatch-complete"
+IR_FOLDER = "specwatch-openvino-ir"
 
 
 def release_version() -> str:
@@ -82,18 +92,51 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECWATCH_CACHE_DIR") or Path.home() / ".cache" / "specwatch") / "openvino"
 
 
-def models(family: Family = Family()) -> tuple[Any, Any]:
+def models(family: Family = DEFAULT_FAMILY) -> tuple[Any, Any]:
     """The float32 transformers target and draft of ``family`` (deterministic from its seeds)."""
     target = tiny_llama(seed=family.seed, vocab=VOCAB, eos=EOS)
     return target, noisy_draft(target, seed=family.draft_seed)
 
 
-def exported(family: Family = Family()) -> Exported:
-    """The IR folders of ``family``, exported once per release into the cache (a complete folder is reused)."""
-    root = cache_dir() / _safe(release_version()) / family.key
-    done = root / ".complete"
-    if done.exists():
+def release_folder() -> Path | None:
+    """The release cache entry the imported ``openvino_genai`` comes from (a folder :func:`specwatch.targets.install.
+    pip_install` completed), or None for a release installed elsewhere."""
+    folder = Path(importlib.import_module("openvino_genai").__file__ or "").resolve().parents[1]
+    return folder if (folder / INSTALLED).exists() else None
+
+
+def ir_root(family: Family = DEFAULT_FAMILY) -> Path:
+    """Where ``family``'s IR of the imported release lives: inside the release's own cache entry (written by its
+    install step, :func:`prepare_release`: the run step's cache is read-only), else under
+    ``SPECWATCH_CACHE_DIR/openvino/<release>/``."""
+    folder = release_folder()
+    if folder is not None:
+        return folder / IR_FOLDER / family.key
+    return cache_dir() / _safe(release_version()) / family.key
+
+
+def exported(family: Family = DEFAULT_FAMILY) -> Exported:
+    """The IR folders of ``family``, exported once per release (a complete folder is reused). Where that folder
+    cannot be written (a sandboxed run step whose install step did not export it), the export goes to a folder of
+    this process's temporary space, said on stderr."""
+    root = ir_root(family)
+    if (root / ".complete").exists():
         return Exported(root)
+    if family in _scratch:
+        return Exported(_scratch[family])
+    writable = next((p for p in (root, *root.parents) if p.exists()), None)
+    if writable is None or not os.access(writable, os.W_OK):
+        root = Path(tempfile.mkdtemp(prefix="specwatch-openvino-ir-")) / family.key
+        print(f"openvino: {ir_root(family)} is read-only: exporting the tiny models into {root}", file=sys.stderr, flush=True)  # noqa: T201
+        _scratch[family] = root
+    _export_family(family, root)
+    return Exported(root)
+
+
+def _export_family(family: Family, root: Path) -> None:
+    """Export ``family``'s target and draft into ``root`` through a staging folder renamed when complete."""
+    if (root / ".complete").exists():
+        return
     staging = root.with_name(root.name + f".partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -107,7 +150,23 @@ def exported(family: Family = Family()) -> Exported:
         shutil.rmtree(staging)
     else:
         staging.rename(root)
-    return Exported(root)
+
+
+def prepare_release(folder: Path, *, log: bool = True) -> None:
+    """The install step's preparation of a release (its registry entry's ``prepare``): the tiny models exported into
+    the release's own folder, by a process that imports the release from it (the step that runs the cases cannot
+    write the cache). :class:`~specwatch.targets.TargetError` with the exporter's output when it fails."""
+    if (folder / IR_FOLDER / DEFAULT_FAMILY.key / ".complete").exists():
+        return
+    if log:
+        print(f"exporting the tiny OpenVINO models into {folder / IR_FOLDER}", file=sys.stderr, flush=True)  # noqa: T201
+    root = str(Path(__file__).resolve().parents[3])
+    path = os.pathsep.join(p for p in (str(folder), root, os.environ.get("PYTHONPATH", "")) if p)
+    code = "from specwatch.targets.openvino.models import exported; exported()"
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)  # noqa: S603
+    if result.returncode != 0:
+        raise TargetError(f"exporting the tiny OpenVINO models failed: {(result.stderr or result.stdout).strip()[-1500:]}")
 
 
 def export(checkpoint: Path, out: Path) -> None:

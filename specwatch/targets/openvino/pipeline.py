@@ -29,6 +29,9 @@ class Call:
     #: its one (``perf_metrics.raw_metrics.m_batch_sizes``: tokens per step).
     drafted: int | None
     accepted: int
+    #: Tokens each target step emitted (``perf_metrics.raw_metrics.m_batch_sizes``): the first step is the prompt's
+    #: forward (one token), each later one a verification round (its accepted drafts and the target's own token).
+    steps: tuple[int, ...] = ()
 
 
 class Pipeline:
@@ -80,6 +83,8 @@ class Pipeline:
             if metrics is not None:
                 drafted, accepted = int(metrics.get_num_draft_tokens()), int(metrics.get_num_accepted_tokens())
             else:
-                steps = [int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes]
-                drafted, accepted = None, sum(steps) - len(steps)
-        return Call(tokens, drafted, accepted)
+                sizes = [int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes]
+                drafted, accepted = None, sum(sizes) - len(sizes)
+        steps = tuple(int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes)
+        return Call(tokens, drafted, accepted, steps)
+

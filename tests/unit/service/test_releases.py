@@ -21,6 +21,8 @@ pytestmark = pytest.mark.unit
         ("llamacpp", "llamacpp", True, "llama-cpp-python"),  # llama.cpp's releases as llama-cpp-python publishes them
         ("llamacpp", "llamacpp", False, "llama-cpp-python"),
         ("llama-cpp-python", "llamacpp", True, "llama-cpp-python"),
+        ("openvino", "openvino", True, "openvino-genai"),  # OpenVINO GenAI's releases, CPU and GPU workers alike
+        ("openvino", "openvino", False, "openvino-genai"),
     ],
 )
 def test_the_package_is_the_targets_name_except_vllm_on_cpu(name: str, adapter: str, cpu: bool, package: str) -> None:

@@ -149,7 +149,7 @@ def test_at_least_one_branch() -> None:
         make_spec(name="x", repo_url="/srv/x", branches=[], adapter="transformers", repo_policy=OPEN)
 
 
-@pytest.mark.parametrize("adapter", ["transformers", "sglang", "toy_sampler.sampler:sample", "m:f"])
+@pytest.mark.parametrize("adapter", ["transformers", "sglang", "openvino", "toy_sampler.sampler:sample", "m:f"])
 def test_good_adapters(adapter: str) -> None:
     assert validate_adapter(adapter) == adapter
 

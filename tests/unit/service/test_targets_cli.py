@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.db import make_engine, session_scope
 from service.models import Commit, Run
+from service.releases import release_package
 from service.targets import get_target, known_adapters
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -230,3 +231,14 @@ def test_adapter_help_lists_every_known_adapter() -> None:
     for adapter in known_adapters():
         assert f"{adapter} (" in result.output
     assert "module:function" in result.output
+
+
+def test_an_openvino_release_target_is_watched_from_the_index(factory: sessionmaker[Session]) -> None:
+    """``targets add openvino --adapter openvino --install pip``: the registry's openvino adapter, whose releases are
+    openvino-genai's (what the release poller asks the index about)."""
+    args = ["targets", "add", "openvino", "--repo", "https://github.com/openvinotoolkit/openvino.genai", "--branch", "master"]
+    added = specwatch(factory, *args, "--adapter", "openvino", "--install", "pip")
+    assert added.exit_code == 0, added.output
+    [row] = [t for t in json.loads(specwatch(factory, "targets", "list", "--json").stdout) if t["name"] == "openvino"]
+    assert (row["adapter"], row["install_mode"]) == ("openvino", "pip")
+    assert release_package(row["name"], row["adapter"], cpu=True) == "openvino-genai"

@@ -314,6 +314,22 @@ def test_the_shipped_mlx_findings_are_the_entries_of_docs_findings() -> None:
     assert first_match(shipped, "e2e/greedy/k3", version="0.32.2") is None
 
 
+@pytest.mark.unit
+def test_the_shipped_openvino_findings_are_the_entries_of_docs_findings() -> None:
+    """One shipped finding per OpenVINO GenAI entry of docs/findings.md (headings end in the openvino-genai release),
+    covering the draft-model sampling cases and neither greedy equivalence nor prompt lookup nor the control."""
+    shipped = shipped_findings("openvino")
+    entries = {a for a in github_anchors(FINDINGS_MD.read_text()) if re.search(r"-openvino-genai-\d+$", a)}
+    assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
+    assert len(entries) == 1
+    (finding,) = shipped
+    assert first_match(shipped, "e2e/draft/k3/plain/no_prefix_cache", version="2026.4.1.0") is finding
+    assert first_match(shipped, "e2e/draft/k1/plain", version="2026.4.1.0") is finding
+    for unaffected in ("e2e/greedy/draft/k3", "e2e/lookup/k3/all_on", "e2e/plain/plain", "e2e/forward/ir_reference"):
+        assert first_match(shipped, unaffected, version="2026.4.1.0") is None, unaffected
+    assert first_match(shipped, "e2e/draft/k1/plain", version="2026.3.0.0") is None  # before the release it was read at
+
+
 @pytest.mark.parametrize(
     ("versions", "version", "before"),
     [

