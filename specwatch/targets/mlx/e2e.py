@@ -245,6 +245,34 @@ def first_token_cases(add: Any, no_draft: str | None) -> None:
     first("e2e/control/penalties/prompt5/first1", PENALTIES, 0, None)
 
 
+def server_cases(add: Any, no_draft: str | None) -> None:
+    """The HTTP server's cases (:mod:`.server`): with ``--draft-model`` and without (the control), greedy on random
+    prompts and sampled with the request's own seed over the prompt of five tokens (every request: the server's prompt
+    cache reuses what an earlier request left). No coverage design: the responses do not say which tokens were
+    drafted. XTC is left out: the server protects the tokens of ``encode("\\n")`` and EOS from it, which in the tiny
+    vocabulary (no newline) is token 0."""
+    from specwatch.targets.mlx.server import ServerPath  # noqa: PLC0415 - starts a server only when a case runs
+
+    for draft in (True, False):
+        where = f"with --draft-model (num_draft_tokens={NUM_DRAFT})" if draft else "without a draft model"
+        name = f"k{NUM_DRAFT}" if draft else "nodraft"
+        skip = no_draft if draft else None
+        add(
+            f"e2e/server/{name}/greedy",
+            f"temperature 0: mlx_lm.server {where} over HTTP equals greedy decoding of the float64 reference (prompts of 1 to 8 "
+            "tokens, one server for all)",
+            lambda device, d=draft: GreedyExperiment(ServerPath(NUM_DRAFT, draft=d), speculative=False),
+            skip,
+        )
+        add(
+            f"e2e/server/{name}/plain",
+            f"mlx_lm.server {where} over HTTP, a seed per request ({PLAIN.describe()}; prompt prompt5): joint law of the first "
+            f"{LENGTH} tokens, every token of {HORIZON} against its conditional law",
+            lambda device, d=draft: GenerateExperiment(ServerPath(NUM_DRAFT, draft=d), PLAIN, PROMPTS["prompt5"], speculative=False),
+            skip,
+        )
+
+
 class Installed(Protocol):
     @property
     def features(self) -> dict[str, bool]: ...
@@ -280,6 +308,7 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     for prompt in PROMPTS:
         sampling_case(f"e2e/draft/k2/all_on/{prompt}", "draft", ALL_ON[prompt], prompt, 2)
     first_token_cases(add, no_draft)
+    server_cases(add, no_draft)
     for k in (1, 2, 3, 4):
         add(
             f"e2e/greedy/k{k}",
