@@ -132,3 +132,32 @@ def test_the_first_token_cases_catch_the_penalty_history_at_the_first_token(targ
     for case_id in ("e2e/draft/k3/presence/prompt5/first1", "e2e/draft/k3/repetition/prompt5/first1"):
         assert verdicts[case_id][:2] == (Verdict.FAIL, "lossless/first1"), verdicts
     assert verdicts["e2e/control/penalties/prompt5/first1"][0] is Verdict.PASS, verdicts
+
+
+def test_the_server_with_a_draft_model_reuses_a_prompt_cache_that_misses_tokens(target):
+    # Finding (docs/repro/mlx_lm_server_draft_prompt_cache.py): over HTTP, with --draft-model, a request whose prompt
+    # begins like an earlier one decodes otherwise than greedy decoding and samples another law; without the draft
+    # model the same requests keep both.
+    result = _run(target, "e2e/server/*")
+    verdicts = {c.case_id: (c.verdict, c.reason) for c in result.results}
+    assert verdicts["e2e/server/k3/greedy"][0] is Verdict.FAIL, verdicts
+    assert "!= speculative" in verdicts["e2e/server/k3/greedy"][1]
+    assert verdicts["e2e/server/k3/plain"][0] is Verdict.FAIL, verdicts
+    assert verdicts["e2e/server/nodraft/greedy"][0] is Verdict.PASS, verdicts
+    assert verdicts["e2e/server/nodraft/plain"][0] is Verdict.PASS, verdicts
+
+
+def test_the_server_path_saves_the_tiny_models_as_folders_mlx_lm_loads(target, tmp_path):
+    import mlx.core as mx
+    from mlx_lm.utils import load
+
+    from specwatch.targets.mlx.models import mlx_model, tokens_of
+    from specwatch.targets.mlx.server import save_models
+
+    folders = save_models(tmp_path)
+    model, wrapper = load(str(folders["target"]))
+    tokens = tokens_of("abcabhg")
+    assert wrapper.encode("abcabhg") == tokens
+    got = np.array(model(mx.array([tokens]))[0], dtype=np.float64)
+    want = np.array(mlx_model("target")(mx.array([tokens]))[0], dtype=np.float64)
+    assert np.array_equal(got, want)
