@@ -60,7 +60,7 @@ def tiny(seed: int) -> llama.Model:
 
 
 def tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.WordLevel({c: i for i, c in enumerate(PIECES)}, unk_token="a"))
+    tok = Tokenizer(models.WordLevel({c: i for i, c in enumerate(PIECES)}, unk_token="a"))  # noqa: S106 - a token, not a password
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok)
@@ -97,7 +97,7 @@ def served(folder: Path, use_draft: bool) -> None:
     try:
         for _ in range(600):
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)  # noqa: S310
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
                 break
             except OSError:
                 time.sleep(0.2)
@@ -105,12 +105,11 @@ def served(folder: Path, use_draft: bool) -> None:
             body = {"prompt": prompt, "max_tokens": 8, "temperature": 0.0, "seed": 0, "logprobs": True}
             request = urllib.request.Request(
                 f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-            )  # noqa: S310
+            )
             answer = json.loads(urllib.request.urlopen(request).read())  # noqa: S310
             ids = [e["id"] for e in answer["choices"][0]["logprobs"]["content"]]
-            print(
-                f"{'--draft-model' if use_draft else 'no draft'}: {prompt!r} -> {ids} (cached {answer['usage']['prompt_tokens_details']['cached_tokens']})"
-            )  # noqa: T201
+            cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+            print(f"{'--draft-model' if use_draft else 'no draft'}: {prompt!r} -> {ids} (cached {cached})")  # noqa: T201
     finally:
         server.terminate()
         server.wait()
