@@ -103,6 +103,7 @@ def test_the_law_cuts_as_mlx_lms_sampler_functions_do(target):
     assert checked > 100
 
 
+@pytest.mark.slow
 def test_plain_and_drafted_generation_keep_the_law(target):
     result = _run(target, "e2e/control/plain", "e2e/draft/k3/plain", "e2e/greedy/k3", "e2e/greedy/generate_text/k3")
     assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.reason) for c in result.results]
@@ -121,6 +122,7 @@ def test_the_drafted_path_leaves_the_prompt_out_of_the_penalties_history(target)
     assert "!= speculative" in result.results[0].reason
 
 
+@pytest.mark.slow
 def test_the_first_token_cases_catch_the_penalty_history_at_the_first_token(target):
     # The same finding at the first token: presence and repetition penalties over the prompt of five tokens move the
     # first token's law by TV 0.23 and 0.09 in the drafted path; the first-token check (designed at TV 0.1) refutes
@@ -134,6 +136,7 @@ def test_the_first_token_cases_catch_the_penalty_history_at_the_first_token(targ
     assert verdicts["e2e/control/penalties/prompt5/first1"][0] is Verdict.PASS, verdicts
 
 
+@pytest.mark.slow
 def test_the_server_with_a_draft_model_reuses_a_prompt_cache_that_misses_tokens(target):
     # Finding (docs/repro/mlx_lm_server_draft_prompt_cache.py): over HTTP, with --draft-model, a request whose prompt
     # begins like an earlier one decodes otherwise than greedy decoding and samples another law; without the draft

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -106,10 +107,14 @@ class Server:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.2)  # polling for readiness, not timing a result
+        output = self.output()
         self.stop()
-        raise PathError(f"mlx_lm.server did not answer /health within {START_TIMEOUT_S:g} s: {self.output()}")
+        raise PathError(f"mlx_lm.server did not answer /health within {START_TIMEOUT_S:g} s: {output}")
 
     def output(self) -> str:
+        """The end of the server's log (its errors, when it failed to start)."""
+        if self.log.closed:
+            return ""
         self.log.flush()
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-2000:]
@@ -127,6 +132,7 @@ class Server:
         return answer
 
     def stop(self) -> None:
+        """Stop the server, then remove its folder (models and log)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -134,6 +140,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def server(*, draft: bool = True) -> Server:
