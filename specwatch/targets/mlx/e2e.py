@@ -1,6 +1,9 @@
 """End-to-end cases of the MLX-LM target: ``stream_generate``/``generate`` with and without a draft model against
 exact laws of the tiny models (:mod:`.models`).
 
+The first-token cases (:func:`first_token_cases`) generate one token a call and design the law of that token; the
+server's cases (:func:`server_cases`) send the same requests to ``mlx_lm.server`` over HTTP (:mod:`.server`).
+
 Each trial generates ``HORIZON`` tokens from its prompt with its own seed (drawn from the case's generator). Checks:
 ``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against its exact conditional law from one
 float64 forward over prompt + output, processed by MLX-LM's processors and sampler in their order (:mod:`.law`; rows
@@ -245,7 +248,7 @@ def first_token_cases(add: Any, no_draft: str | None) -> None:
     first("e2e/control/penalties/prompt5/first1", PENALTIES, 0, None)
 
 
-def server_cases(add: Any, no_draft: str | None) -> None:
+def server_cases(add: Any, no_draft: str | None, no_server: str | None) -> None:
     """The HTTP server's cases (:mod:`.server`): with ``--draft-model`` and without (the control), greedy on random
     prompts and sampled with the request's own seed over the prompt of five tokens (every request: the server's prompt
     cache reuses what an earlier request left). No coverage design: the responses do not say which tokens were
@@ -256,7 +259,7 @@ def server_cases(add: Any, no_draft: str | None) -> None:
     for draft in (True, False):
         where = f"with --draft-model (num_draft_tokens={NUM_DRAFT})" if draft else "without a draft model"
         name = f"k{NUM_DRAFT}" if draft else "nodraft"
-        skip = no_draft if draft else None
+        skip = no_draft if draft else no_server
         add(
             f"e2e/server/{name}/greedy",
             f"temperature 0: mlx_lm.server {where} over HTTP equals greedy decoding of the float64 reference (prompts of 1 to 8 "
@@ -308,7 +311,8 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
     for prompt in PROMPTS:
         sampling_case(f"e2e/draft/k2/all_on/{prompt}", "draft", ALL_ON[prompt], prompt, 2)
     first_token_cases(add, no_draft)
-    server_cases(add, no_draft)
+    no_server = None if adapter.features.get("server") else "mlx_lm has no server module"
+    server_cases(add, no_draft or no_server, no_server)
     for k in (1, 2, 3, 4):
         add(
             f"e2e/greedy/k{k}",
