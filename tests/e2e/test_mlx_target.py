@@ -103,6 +103,7 @@ def test_the_law_cuts_as_mlx_lms_sampler_functions_do(target):
     assert checked > 100
 
 
+@pytest.mark.slow
 def test_plain_and_drafted_generation_keep_the_law(target):
     result = _run(target, "e2e/control/plain", "e2e/draft/k3/plain", "e2e/greedy/k3", "e2e/greedy/generate_text/k3")
     assert result.verdict is Verdict.PASS, [(c.case_id, c.verdict, c.reason) for c in result.results]
@@ -119,3 +120,45 @@ def test_the_drafted_path_leaves_the_prompt_out_of_the_penalties_history(target)
     result = _run(target, "e2e/greedy/repetition/k3")
     assert result.verdict is Verdict.FAIL, [(c.case_id, c.verdict, c.reason) for c in result.results]
     assert "!= speculative" in result.results[0].reason
+
+
+@pytest.mark.slow
+def test_the_first_token_cases_catch_the_penalty_history_at_the_first_token(target):
+    # The same finding at the first token: a presence penalty over the prompt of five tokens moves the first token's
+    # law by TV 0.23 in the drafted path, which its 12-token case pools away; the first-token check (designed at TV
+    # 0.1) refutes it, while the three penalties at once without a draft model keep the law. (Repetition, TV 0.09:
+    # the check run, and without MLX tests/unit/specwatch/targets/test_mlx_first_token.py.)
+    result = _run(target, "e2e/draft/k3/presence/prompt5/first1", "e2e/control/penalties/prompt5/first1")
+    verdicts = {c.case_id: (c.verdict, c.headline, c.reason) for c in result.results}
+    assert verdicts["e2e/draft/k3/presence/prompt5/first1"][:2] == (Verdict.FAIL, "lossless/first1"), verdicts
+    assert verdicts["e2e/control/penalties/prompt5/first1"][0] is Verdict.PASS, verdicts
+
+
+@pytest.mark.slow
+def test_the_server_with_a_draft_model_reuses_a_prompt_cache_that_misses_tokens(target):
+    # Finding (docs/repro/mlx_lm_server_draft_prompt_cache.py): over HTTP, with --draft-model, a request whose prompt
+    # begins like an earlier one decodes otherwise than greedy decoding and samples another law; without the draft
+    # model the same requests keep both.
+    result = _run(target, "e2e/server/*")
+    verdicts = {c.case_id: (c.verdict, c.reason) for c in result.results}
+    assert verdicts["e2e/server/k3/greedy"][0] is Verdict.FAIL, verdicts
+    assert "!= speculative" in verdicts["e2e/server/k3/greedy"][1]
+    assert verdicts["e2e/server/k3/plain"][0] is Verdict.FAIL, verdicts
+    assert verdicts["e2e/server/nodraft/greedy"][0] is Verdict.PASS, verdicts
+    assert verdicts["e2e/server/nodraft/plain"][0] is Verdict.PASS, verdicts
+
+
+def test_the_server_path_saves_the_tiny_models_as_folders_mlx_lm_loads(target, tmp_path):
+    import mlx.core as mx
+    from mlx_lm.utils import load
+
+    from specwatch.targets.mlx.models import mlx_model, tokens_of
+    from specwatch.targets.mlx.server import save_models
+
+    folders = save_models(tmp_path)
+    model, wrapper = load(str(folders["target"]))
+    tokens = tokens_of("abcabhg")
+    assert wrapper.encode("abcabhg") == tokens
+    got = np.array(model(mx.array([tokens]))[0], dtype=np.float64)
+    want = np.array(mlx_model("target")(mx.array([tokens]))[0], dtype=np.float64)
+    assert np.array_equal(got, want)

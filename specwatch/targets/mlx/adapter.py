@@ -9,6 +9,7 @@ only (:mod:`.e2e`); the direct sampler refuses with the reason.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -44,6 +45,7 @@ class MlxAdapter(Adapter):
         features = {
             "speculative_generate_step": hasattr(generate, "speculative_generate_step"),
             "stream_generate": hasattr(generate, "stream_generate"),
+            "server": importlib.util.find_spec("mlx_lm.server") is not None,
         }
         version = str(getattr(mlx_lm, "__version__", None) or _version(DISTRIBUTION))
         return cls(mlx_lm, version, str(getattr(mx, "__version__", "unknown")), str(mx.default_device()), features)

@@ -1,6 +1,9 @@
 """End-to-end cases of the MLX-LM target: ``stream_generate``/``generate`` with and without a draft model against
 exact laws of the tiny models (:mod:`.models`).
 
+The first-token cases (:func:`first_token_cases`) generate one token a call and design the law of that token; the
+server's cases (:func:`server_cases`) send the same requests to ``mlx_lm.server`` over HTTP (:mod:`.server`).
+
 Each trial generates ``HORIZON`` tokens from its prompt with its own seed (drawn from the case's generator). Checks:
 ``lossless/pit_id`` / ``lossless/pit_prob``, every token of the horizon against its exact conditional law from one
 float64 forward over prompt + output, processed by MLX-LM's processors and sampler in their order (:mod:`.law`; rows
@@ -17,7 +20,7 @@ least 2 drafts accepting all, one accepting some but not all) where a round draf
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -91,6 +94,8 @@ ALL_ON: dict[str, MlxSampling] = {
     ),
 }
 PLAIN = MlxSampling(temperature=1.0)
+#: The three penalties at once: the control of the first-token cases (no draft model).
+PENALTIES = MlxSampling(repetition_penalty=1.5, presence_penalty=1.0, frequency_penalty=0.7)
 
 
 class Runs(Protocol):
@@ -100,20 +105,32 @@ class Runs(Protocol):
 
 
 class GenerateExperiment(LibraryExperiment):
-    """Trials of one path at one setting: every token's conditional law (designed) and the joint law of the first
-    tokens (riding along). At least :data:`MIN_TRIALS` trials."""
+    """Trials of one path at one setting: every token's conditional law and the joint law of the first ``length``
+    tokens; ``designed`` names the one that sizes the run (the other rides along). At least :data:`MIN_TRIALS`
+    trials. A first-token case (:data:`FIRST`) generates one token a trial and designs the law of that token."""
 
     min_trials = MIN_TRIALS
     probe_trials = 32
 
-    def __init__(self, path: Runs, sampling: MlxSampling, prompt: Sequence[int], *, speculative: bool, horizon: int = HORIZON) -> None:
+    def __init__(
+        self,
+        path: Runs,
+        sampling: MlxSampling,
+        prompt: Sequence[int],
+        *,
+        speculative: bool,
+        horizon: int = HORIZON,
+        length: int = LENGTH,
+        designed: Literal["first", "pit"] = "pit",
+    ) -> None:
         self.path, self.sampling, self.prompt, self.horizon = path, sampling, tuple(prompt), horizon
+        self.length = length
         try:
-            self.law = sampling.fixture_law(lambda prefix: next_token_logits(self.prompt, prefix), self.prompt, LENGTH, VOCAB)
+            self.law = sampling.fixture_law(lambda prefix: next_token_logits(self.prompt, prefix), self.prompt, length, VOCAB)
         except LawFixtureError as exc:
             raise PathError(str(exc)) from exc
         self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
-        self._checks = e2e_checks(self.law, length=LENGTH, horizon=horizon, designed="pit")
+        self._checks = e2e_checks(self.law, length=length, horizon=horizon, designed=designed)
 
     @property
     def checks(self) -> Sequence[CheckSpec]:
@@ -132,7 +149,7 @@ class GenerateExperiment(LibraryExperiment):
             new = trial.tokens
             if len(new) != self.horizon or any(not 0 <= t < VOCAB for t in new):
                 return Observation({}, (Violation(Layer.LOSSLESS, f"generated {new} for {self.horizon} tokens"),), 0, b"")
-            counts[joint_cell(new, VOCAB, LENGTH)] += 1
+            counts[joint_cell(new, VOCAB, self.length)] += 1
         generated = [t.tokens for t in trials]
         logits = conditional_logits(self.prompt, generated)
         pit, violations = conditional_pit(
@@ -209,6 +226,56 @@ class GreedyExperiment(LibraryExperiment):
         return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)
 
 
+def first_token_cases(add: Any, no_draft: str | None) -> None:
+    """The first-token cases: one token a call over the prompt of several tokens, its law designed at the case's TV
+    (``lossless/first1``, 8 cells: about 3 000 calls at TV 0.1 and the run's level, where the conditional check of 12
+    positions pools a deviation of the first token with the positions after it). Each penalty with the draft model,
+    and the three at once without it (the control)."""
+
+    def first(case_id: str, sampling: MlxSampling, k: int, skip: str | None) -> None:
+        where = f"draft model, num_draft_tokens={k}" if k else "no draft model"
+        add(
+            case_id,
+            f"stream_generate ({where}; {sampling.describe()}; prompt prompt5), one token a call: the law of the first token",
+            lambda device, s=sampling, k=k: GenerateExperiment(
+                StreamGenerate(k), s, PROMPTS["prompt5"], speculative=False, horizon=1, length=1, designed="first"
+            ),
+            skip,
+        )
+
+    for name, sampling in PROCESSOR_SETTINGS.items():
+        first(f"e2e/draft/k{NUM_DRAFT}/{name}/prompt5/first1", sampling, NUM_DRAFT, no_draft)
+    first("e2e/control/penalties/prompt5/first1", PENALTIES, 0, None)
+
+
+def server_cases(add: Any, no_draft: str | None, no_server: str | None) -> None:
+    """The HTTP server's cases (:mod:`.server`): with ``--draft-model`` and without (the control), greedy on random
+    prompts and sampled with the request's own seed over the prompt of five tokens (every request: the server's prompt
+    cache reuses what an earlier request left). No coverage design: the responses do not say which tokens were
+    drafted. XTC is left out: the server protects the tokens of ``encode("\\n")`` and EOS from it, which in the tiny
+    vocabulary (no newline) is token 0."""
+    from specwatch.targets.mlx.server import ServerPath  # noqa: PLC0415 - starts a server only when a case runs
+
+    for draft in (True, False):
+        where = f"with --draft-model (num_draft_tokens={NUM_DRAFT})" if draft else "without a draft model"
+        name = f"k{NUM_DRAFT}" if draft else "nodraft"
+        skip = no_draft if draft else no_server
+        add(
+            f"e2e/server/{name}/greedy",
+            f"temperature 0: mlx_lm.server {where} over HTTP equals greedy decoding of the float64 reference (prompts of 1 to 8 "
+            "tokens, one server for all)",
+            lambda device, d=draft: GreedyExperiment(ServerPath(NUM_DRAFT, draft=d), speculative=False),
+            skip,
+        )
+        add(
+            f"e2e/server/{name}/plain",
+            f"mlx_lm.server {where} over HTTP, a seed per request ({PLAIN.describe()}; prompt prompt5): joint law of the first "
+            f"{LENGTH} tokens, every token of {HORIZON} against its conditional law",
+            lambda device, d=draft: GenerateExperiment(ServerPath(NUM_DRAFT, draft=d), PLAIN, PROMPTS["prompt5"], speculative=False),
+            skip,
+        )
+
+
 class Installed(Protocol):
     @property
     def features(self) -> dict[str, bool]: ...
@@ -243,6 +310,9 @@ def e2e_cases(adapter: Installed) -> tuple[Case, ...]:
             sampling_case(f"e2e/draft/k{NUM_DRAFT}/{name}/{prompt}", "draft", sampling, prompt, NUM_DRAFT)
     for prompt in PROMPTS:
         sampling_case(f"e2e/draft/k2/all_on/{prompt}", "draft", ALL_ON[prompt], prompt, 2)
+    first_token_cases(add, no_draft)
+    no_server = None if adapter.features.get("server") else "mlx_lm has no server module"
+    server_cases(add, no_draft or no_server, no_server)
     for k in (1, 2, 3, 4):
         add(
             f"e2e/greedy/k{k}",

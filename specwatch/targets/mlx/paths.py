@@ -30,8 +30,8 @@ class PathError(Exception):
 @dataclass(frozen=True)
 class Trial:
     tokens: list[int]
-    #: (drafted, accepted) per verification round; empty without a draft model.
-    rounds: list[tuple[int, int]] = field(default_factory=list)
+    #: (drafted, accepted) per verification round; empty without a draft model, None where the path cannot see them.
+    rounds: list[tuple[int, int]] | None = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -306,12 +306,20 @@ def test_the_shipped_mlx_findings_are_the_entries_of_docs_findings() -> None:
     shipped = shipped_findings("mlx")
     entries = {a for a in github_anchors(FINDINGS_MD.read_text()) if re.search(r"-mlx-lm-\d+$", a)}
     assert {f.link.removeprefix("docs/findings.md#") for f in shipped} == entries
-    assert len(entries) == 1
-    (finding,) = shipped
-    assert first_match(shipped, "e2e/draft/k3/frequency/prompt5", version="0.32.2") is finding
-    assert first_match(shipped, "e2e/greedy/repetition/k3", version="0.32.2") is finding
+    assert len(entries) == 3
+    by_key = {f.key: f for f in shipped}
+    history = by_key["speculative-processors-miss-prompt-history"]
+    assert first_match(shipped, "e2e/draft/k3/frequency/prompt5", version="0.32.2") is history
+    assert first_match(shipped, "e2e/greedy/repetition/k3", version="0.32.2") is history
+    assert first_match(shipped, "e2e/draft/k3/repetition/prompt5/first1", version="0.32.2") is history
     assert first_match(shipped, "e2e/draft/k3/frequency/prompt1", version="0.32.2") is None  # one prompt token: unaffected
     assert first_match(shipped, "e2e/greedy/k3", version="0.32.2") is None
+    assert first_match(shipped, "e2e/control/penalties/prompt5/first1", version="0.32.2") is None
+    cache = by_key["server-draft-prompt-cache-short"]
+    assert first_match(shipped, "e2e/server/k3/greedy", version="0.32.2") is cache
+    assert first_match(shipped, "e2e/server/k3/plain", version="0.32.2") is cache
+    assert first_match(shipped, "e2e/server/nodraft/greedy", version="0.32.2") is None  # the control
+    assert first_match(shipped, "e2e/draft/k3/xtc", version="0.32.2") is by_key["xtc-coin-shared-by-a-round"]
 
 
 @pytest.mark.unit
