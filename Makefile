@@ -9,7 +9,7 @@ export OMP_NUM_THREADS := 1
 # pytest over two processes; the tests of one xdist_group share a process.
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
-.PHONY: install check test test-cold test-slow test-all test-unit test-vllm test-sglang test-llamacpp test-openvino test-mlx test-compose test-deps lint bench clean
+.PHONY: install check test test-cold test-slow test-all test-unit test-vllm test-sglang test-llamacpp test-openvino test-mlx test-compose test-deps lint docs bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,7 +97,7 @@ test-mlx: test-deps install
 # build step a user's first run takes on a new machine, writing only its own cache entry, each check's table and wall
 # time printed. COLD_CACHE must be empty or missing (the default, .cold-cache, is emptied first); it is kept, so that
 # CI's later tiers reuse what it installed and built (.ci/run points SPECWATCH_CACHE_DIR at it). Measured cold on 2
-# cores: see the README's "Tiers".
+# cores: see docs/testing.md, "Tiers and measured timings".
 COLD_CACHE ?= $(CURDIR)/.cold-cache
 TRANSFORMERS_PIP ?= transformers==5.24.0
 COLD_TARGETS ?= $(TRANSFORMERS_PIP) $(VLLM_PIP) $(SGLANG_PIP) $(LLAMACPP_PIP) $(MLX_PIP)
@@ -130,9 +130,14 @@ lint: install
 	$(BIN)/ruff format --check specwatch service workers migrations tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --quiet
+
+# The documentation site (mkdocs.yml: docs/ into .site/, ignored by git); strict: a broken link or anchor fails.
+docs: install
+	$(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python bench/suite_power.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .site

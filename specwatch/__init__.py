@@ -11,7 +11,7 @@
 anytime-valid e-processes, the family-wise false-alarm rate ``alpha``) against ``my_sampler`` in the test's
 own process and raises :class:`LosslessnessError` (an ``AssertionError``) naming each failing case, its
 check and its TV estimate. A sampler takes a :class:`SpecStep`, a number of trials and a
-``torch.Generator`` and returns a :class:`SpecOutput` (README, "Testing your own sampler"). The plain install
+``torch.Generator`` and returns a :class:`SpecOutput` (docs/check.md, "Testing your own sampler"). The plain install
 (``pip install specwatch``: torch, numpy, scipy and the command line's typer, rich and packaging) also registers the
 pytest plugin (:mod:`specwatch.pytest_plugin`): an ``assert_lossless`` fixture and ``--specwatch-seed`` /
 ``--specwatch-quick`` options.

@@ -132,4 +132,4 @@ def _refuse_to_start_without_isolation(options: dict[str, Any] | None = None, **
         sandbox_of(settings)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         # SystemExit passes through Celery's signal dispatch: the worker exits 1 with this line on stderr.
-        raise SystemExit(f'specwatch worker not started: it cannot isolate the suite: {exc} (README "Deployment")') from None
+        raise SystemExit(f"specwatch worker not started: it cannot isolate the suite: {exc} (docs/deployment.md)") from None

@@ -474,12 +474,13 @@ def test_api_healthcheck_answers_on_the_app(tmp_path: Path, main_config: dict[st
 
 
 def test_readme_commands_exist_in_the_cli() -> None:
-    """Every ``specwatch ...`` command of the Deployment section names a real command and real options."""
+    """Every ``specwatch ...`` command of the deployment page (docs/deployment.md) names a real command and real
+    options."""
     from typer.main import get_command
 
     from service.cli import app
 
-    section = (ROOT / "README.md").read_text().split("\n## Deployment\n", 1)[1].replace("\\\n", " ")
+    section = (ROOT / "docs" / "deployment.md").read_text().replace("\\\n", " ")
     invocations = re.findall(r"(?:^|exec \S+ |`)specwatch ([^`\n]+)", section, re.MULTILINE)
     assert invocations
     root = get_command(app)

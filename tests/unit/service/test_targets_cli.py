@@ -213,9 +213,10 @@ def test_remove_asks_first_and_keeps_the_target_when_refused(factory: sessionmak
 
 
 def test_the_readme_commands_work_as_written(factory: sessionmaker[Session]) -> None:
-    """Every ``specwatch targets add`` line of the README parses and adds its target (issue 26: the vLLM one
-    lacked ``--branch``, which now defaults to main)."""
-    readme = (ROOT / "README.md").read_text()
+    """Every ``specwatch targets add`` line of the README and the docs pages parses and adds its target (issue 26:
+    the vLLM one lacked ``--branch``, which now defaults to main)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    readme = "\n".join(page.read_text() for page in pages)
     lines = [line.strip() for line in readme.splitlines() if line.strip().startswith("specwatch targets add ")]
     assert any(" vllm " in line for line in lines)
     for line in lines:

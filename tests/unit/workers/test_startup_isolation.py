@@ -42,7 +42,7 @@ def test_a_suite_worker_that_cannot_isolate_refuses_to_start(
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         start(monkeypatch, sandbox, queues)
-    assert str(exited.value) == f'specwatch worker not started: it cannot isolate the suite: {PROBLEM} (README "Deployment")'
+    assert str(exited.value) == f"specwatch worker not started: it cannot isolate the suite: {PROBLEM} (docs/deployment.md)"
     assert "\n" not in str(exited.value)
     assert probes == [sandbox]
 
