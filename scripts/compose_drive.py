@@ -7,7 +7,8 @@
 Environment: SPECWATCH_COMPOSE_ENV_FILE (the deployment's .env: secrets, ports, SPECWATCH_COMPOSE_REPOS),
 SPECWATCH_COMPOSE_PROJECT (the compose project name), SPECWATCH_API_TOKEN (a write token of the deployment).
 
-1. The API answers /healthz; every long-running service is up, migrate exited 0.
+1. The API answers /healthz through the nginx proxy (the published port); every long-running service is up,
+   migrate exited 0.
 2. A suite worker refuses to start, with one line, where it cannot isolate the suite (the worker image run
    without the compose file's security options).
 3. A local repository of a toy library (scripts/demo.py: a correct commit, then the swapped-residual bug),
@@ -37,7 +38,7 @@ import demo  # the demo's repository and webhook helpers, from this folder
 
 T = TypeVar("T")
 WORKER_UID = 10001  # the images' user `specwatch`: git refuses a repository another uid owns
-LONG_RUNNING = ("postgres", "redis", "api", "worker", "worker-cpu", "beat", "slack")
+LONG_RUNNING = ("postgres", "redis", "api", "proxy", "worker", "worker-cpu", "beat", "slack")
 
 
 class CheckFailedError(Exception):

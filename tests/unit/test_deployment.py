@@ -177,7 +177,7 @@ def option(command: list[str], name: str) -> str:
 # ------------------------------------------------------------------------------- compose: the parser
 def test_compose_file_is_valid_and_has_the_production_shape(main_config: dict[str, Any]) -> None:
     services = main_config["services"]
-    assert set(services) == {"postgres", "redis", *SPECWATCH_SERVICES}
+    assert set(services) == {"postgres", "redis", "proxy", *SPECWATCH_SERVICES}
     assert {"postgres-data", "mirrors"} <= set(main_config["volumes"])
     assert "postgres-data" in volume_sources(services["postgres"])
     for name in ("postgres", "redis", "api"):
@@ -209,8 +209,24 @@ def test_specwatch_services_run_in_production_with_the_compose_services(main_con
 
 def test_ports_are_bound_to_loopback(main_config: dict[str, Any]) -> None:
     published = {name: published_ports(service) for name, service in main_config["services"].items() if service.get("ports")}
-    assert set(published) == {"api"}
-    assert published["api"] == [("127.0.0.1", "8000")]
+    assert set(published) == {"proxy"}, "the API is reached through the proxy only"
+    assert published["proxy"] == [("127.0.0.1", "8000")]
+
+
+def test_the_proxy_serves_the_shipped_configuration_in_front_of_the_api(main_config: dict[str, Any]) -> None:
+    """nginx (compose/nginx/specwatch.conf, tested in tests/security/test_proxy_slow_clients.py) as the official
+    image's only server, started once the API is healthy (nginx resolves ``api`` when it starts)."""
+    proxy = main_config["services"]["proxy"]
+    assert proxy["image"].startswith("nginx:")
+    (volume,) = proxy["volumes"]
+    source = volume["source"] if isinstance(volume, dict) else volume.split(":", 1)[0]
+    target = volume["target"] if isinstance(volume, dict) else volume.split(":")[1]
+    assert Path(source).parts[-3:] == ("compose", "nginx", "specwatch.conf")
+    assert target == "/etc/nginx/conf.d/default.conf"
+    assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
+    assert "server api:8000;" in (ROOT / "compose" / "nginx" / "specwatch.conf").read_text()
+    (port,) = proxy["ports"]
+    assert (port["target"] if isinstance(port, dict) else int(str(port).rsplit(":", 1)[1].removesuffix("/tcp"))) == 80
 
 
 def test_gpu_worker_reserves_an_nvidia_gpu_and_runs_one_suite_at_a_time(main_config: dict[str, Any]) -> None:
