@@ -11,7 +11,7 @@ SPECWATCH_COMPOSE_PROJECT (the compose project name), SPECWATCH_API_TOKEN (a wri
    migrate exited 0.
 2. A suite worker refuses to start, with one line, where it cannot isolate the suite (the worker image run
    without the compose file's security options).
-3. A local repository of a toy library (scripts/demo.py: a correct commit, then the swapped-residual bug),
+3. A local repository of a toy library (`specwatch demo`'s, service/demo: a correct commit, then the swapped-residual bug),
    owned by the workers' uid, registered as a target; a signed push of both commits.
 4. Both runs executed by worker-cpu inside its bubblewrap sandbox: the correct commit passes, the buggy one
    fails; a confirmed violation alert on the buggy commit; its message at the local Slack endpoint.
@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import demo  # the demo's repository and webhook helpers, from this folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from service import demo  # the demo's repository and webhook helpers (`specwatch demo`)
 
 T = TypeVar("T")
 WORKER_UID = 10001  # the images' user `specwatch`: git refuses a repository another uid owns
