@@ -1,8 +1,5 @@
-"""The laptop demo, now the command ``specwatch demo`` (service/demo, shipped in the package): this alias runs it.
-
-    python scripts/demo.py --url http://127.0.0.1:8000 --secret "$SECRET" --token "$TOKEN"
-    specwatch demo --url http://127.0.0.1:8000 --secret "$SECRET" --token "$TOKEN"      # the same
-"""
+"""The laptop demo, now the command ``specwatch demo`` (service/demo, shipped in the package): this alias runs it,
+``python scripts/demo.py --token "$TOKEN"`` being ``specwatch demo --token "$TOKEN"`` (docs/getting-started.md)."""
 
 from __future__ import annotations
 
