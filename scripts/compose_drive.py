@@ -149,7 +149,7 @@ def main(files: list[str]) -> int:
         step(f"target {name} ({repo}); push of {shas[0][:12]} (correct) and {shas[1][:12]} (swapped residual) accepted: {pushed.json()}")
 
         # 4. The runs, the alert, Slack.
-        runs = demo.wait_for_runs(client, token, name, len(shas), 900)
+        runs = demo.wait_for_runs(client, token, name, len(shas), 900, say=step)
         if runs is None:
             raise CheckFailedError("the runs did not finish within 900 s")
         by_sha = {run["sha"]: run for run in runs.values()}
