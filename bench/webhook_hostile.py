@@ -7,7 +7,8 @@ probe, with the tree's default settings but the secret:
   100 KB body under a well-formed but false
   ``X-Hub-Signature-256`` and send one byte every ``--drip`` seconds (0.5 s by default) for ``--hold``
   seconds (40 s); meanwhile one signed push per second. Printed: the answers to the signed pushes, how long
-  they were refused, and what the slow clients got.
+  they were refused, and what the slow clients got. With ``--proxy`` the clients and pushes go to nginx with the
+  compose stack's configuration (compose/nginx/specwatch.conf, tests/support/reverse_proxy.py) in front of it.
 - ``large`` (item 6): a target watching the pushes' repository is registered, then 8 concurrent signed pings
   with a 9 MB ``zen`` and 8 concurrent signed pushes each of one commit with a 5 MB message (``--repeat``
   rounds of them). Printed: resident
@@ -19,6 +20,7 @@ probe, with the tree's default settings but the secret:
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_hostile.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_hostile.py --tree /tmp/before --probe large
+    OMP_NUM_THREADS=1 .venv/bin/python bench/webhook_hostile.py --probe slow --drippers 16 --drip 4 --proxy
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from webhook_memory import _env, free_port, memory_kb, migrate  # the sibling bench's helpers
 
+from tests.support.reverse_proxy import nginx_in_front  # nginx with the compose stack's configuration
+
 ROOT = Path(__file__).resolve().parents[1]
+
 SECRET = "bench-secret"
 TOKEN = "bench-write-token"
 REPO = "octo-org/hostile-sampler"
@@ -117,30 +124,34 @@ def _dripper(port: int, drip_s: float, stop: threading.Event, answers: list[str]
         answers.append("still held at the end")
 
 
-def slow(tree: Path, drip_s: float, hold_s: float, drippers: int) -> None:
+def slow(tree: Path, drip_s: float, hold_s: float, drippers: int, proxy: bool) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         served = Served(tree, scratch)
         try:
-            stop, answers = threading.Event(), []
-            threads = [threading.Thread(target=_dripper, args=(served.port, drip_s, stop, answers)) for _ in range(drippers)]
-            for thread in threads:
-                thread.start()
-            time.sleep(1)
-            pushes: list[tuple[float, int]] = []
-            start = time.monotonic()
-            while time.monotonic() - start < hold_s:
-                content, headers = _push()
-                code = httpx.post(f"{served.base}/webhooks/github", content=content, headers=headers, timeout=30).status_code
-                pushes.append((time.monotonic() - start, code))
+            with nginx_in_front(served.port) if proxy else nullcontext(served.port) as port:
+                base = f"http://127.0.0.1:{port}"
+                stop, answers = threading.Event(), []
+                threads = [threading.Thread(target=_dripper, args=(port, drip_s, stop, answers)) for _ in range(drippers)]
+                for thread in threads:
+                    thread.start()
                 time.sleep(1)
-            stop.set()
-            for thread in threads:
-                thread.join()
+                pushes: list[tuple[float, int]] = []
+                start = time.monotonic()
+                while time.monotonic() - start < hold_s:
+                    content, headers = _push()
+                    code = httpx.post(f"{base}/webhooks/github", content=content, headers=headers, timeout=30).status_code
+                    pushes.append((time.monotonic() - start, code))
+                    time.sleep(1)
+                stop.set()
+                for thread in threads:
+                    thread.join()
         finally:
             served.close()
     refused = [t for t, code in pushes if code != 202]
-    print(f"slow: tree {tree}, {drippers} drippers (a byte every {drip_s} s) for {hold_s:.0f} s, a signed push per second")
-    print(f"  signed pushes: {dict(Counter(code for _, code in pushes))}; refused for {max(refused, default=0):.1f} s")
+    front = "nginx (compose/nginx/specwatch.conf) in front of the app" if proxy else "the app alone"
+    print(f"slow: tree {tree}, {front}, {drippers} drippers (a byte every {drip_s} s) for {hold_s:.0f} s, a signed push per second")
+    answered, last = dict(Counter(code for _, code in pushes)), max(refused, default=0)
+    print(f"  signed pushes: {answered}; refused {len(refused)} of {len(pushes)}, for {last:.1f} s")
     print(f"  slow clients: {dict(Counter(a.split(' after ')[0] for a in answers))}; {sorted(answers)[:1]}")
 
 
@@ -203,10 +214,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the large deliveries")
     parser.add_argument("--drippers", type=int, default=8, help="slow connections")
     parser.add_argument("--hold", type=float, default=40, help="seconds the slow clients drip")
+    parser.add_argument("--proxy", action="store_true", help="slow: through nginx with the compose stack's configuration")
     args = parser.parse_args()
     for probe in args.probe or ["slow", "large"]:
         if probe == "slow":
-            slow(args.tree.resolve(), args.drip, args.hold, args.drippers)
+            slow(args.tree.resolve(), args.drip, args.hold, args.drippers, args.proxy)
         else:
             large(args.tree.resolve(), args.repeat)
 

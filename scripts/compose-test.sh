@@ -9,7 +9,7 @@
 #   1. podman, runc, docker-compose, debootstrap... from Debian's packages when missing;
 #   2. containers.conf (runc, ulimits this sandbox can grant) and `podman system service` on a socket;
 #   3. a Debian bookworm base from `debootstrap --variant=minbase` + `podman import`, and stand-ins for the
-#      python, postgres and redis images docker-compose.yml names, built from Debian's packages under those
+#      python, postgres, redis and nginx images docker-compose.yml names, built from Debian's packages under those
 #      names (cached in podman's storage, rebuilt when compose/ci/ changes);
 #   4. a loopback package index serving the CPU torch wheel (found by `pip download`: a wheelhouse on disk or
 #      the pip cache), the worker image's TORCH_INDEX_URL; and the stack's own package index (scripts/compose_index.py,
@@ -137,9 +137,11 @@ if ! podman image exists localhost/specwatch-ci/bookworm:latest; then
     tar -C "$CACHE/rootfs" -c . | bounded 600 podman import --change 'CMD ["/bin/bash"]' - localhost/specwatch-ci/bookworm:latest >/dev/null
     rm -rf "$CACHE/rootfs"
 fi
-STANDINS=$(cat compose/ci/* | sha256sum | cut -c1-16)
-for standin in python:python:3.11-slim-bookworm postgres:postgres:17-bookworm redis:redis:7-bookworm; do
+# Each stand-in is labelled with the digest of its own files (compose/ci/NAME.Containerfile and NAME-*): a change
+# to one rebuilds that one only.
+for standin in python:python:3.11-slim-bookworm postgres:postgres:17-bookworm redis:redis:7-bookworm nginx:nginx:1.27-bookworm; do
     file=${standin%%:*}; tag=docker.io/library/${standin#*:}
+    STANDINS=$(find compose/ci -name "$file.Containerfile" -o -name "$file-*" | sort | xargs cat | sha256sum | cut -c1-16)
     if [ "$(podman image inspect --format '{{ index .Labels "specwatch.standin" }}' "$tag" 2>/dev/null)" != "$STANDINS" ]; then
         say "building the stand-in $tag from Debian's packages"
         bounded 900 podman build --network host --label "specwatch.standin=$STANDINS" -f "compose/ci/$file.Containerfile" -t "$tag" compose/ci \

@@ -7,10 +7,11 @@
 Environment: SPECWATCH_COMPOSE_ENV_FILE (the deployment's .env: secrets, ports, SPECWATCH_COMPOSE_REPOS),
 SPECWATCH_COMPOSE_PROJECT (the compose project name), SPECWATCH_API_TOKEN (a write token of the deployment).
 
-1. The API answers /healthz; every long-running service is up, migrate exited 0.
+1. The API answers /healthz through the nginx proxy (the published port); every long-running service is up,
+   migrate exited 0.
 2. A suite worker refuses to start, with one line, where it cannot isolate the suite (the worker image run
    without the compose file's security options).
-3. A local repository of a toy library (scripts/demo.py: a correct commit, then the swapped-residual bug),
+3. A local repository of a toy library (`specwatch demo`'s, service/demo: a correct commit, then the swapped-residual bug),
    owned by the workers' uid, registered as a target; a signed push of both commits.
 4. Both runs executed by worker-cpu inside its bubblewrap sandbox: the correct commit passes, the buggy one
    fails; a confirmed violation alert on the buggy commit; its message at the local Slack endpoint.
@@ -40,12 +41,12 @@ from typing import Any, TypeVar
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import demo  # the demo's repository and webhook helpers, from this folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from service import demo  # the demo's repository and webhook helpers (`specwatch demo`)
 
 T = TypeVar("T")
 WORKER_UID = 10001  # the images' user `specwatch`: git refuses a repository another uid owns
-LONG_RUNNING = ("postgres", "redis", "api", "worker", "worker-cpu", "beat", "slack", "index")
+LONG_RUNNING = ("postgres", "redis", "api", "proxy", "worker", "worker-cpu", "beat", "slack", "index")
 #: Where the worker image keeps built llama-cpp-python releases (Dockerfile: SPECWATCH_WORKER_RELEASE_CACHE_DIR).
 RELEASES = "/var/lib/specwatch/releases"
 LLAMACPP_REPO = "https://github.com/abetlen/llama-cpp-python"
@@ -159,7 +160,7 @@ def main(files: list[str]) -> int:
         step(f"target {name} ({repo}); push of {shas[0][:12]} (correct) and {shas[1][:12]} (swapped residual) accepted: {pushed.json()}")
 
         # 4. The runs, the alert, Slack.
-        runs = demo.wait_for_runs(client, token, name, len(shas), 900)
+        runs = demo.wait_for_runs(client, token, name, len(shas), 900, say=step)
         if runs is None:
             raise CheckFailedError("the runs did not finish within 900 s")
         by_sha = {run["sha"]: run for run in runs.values()}

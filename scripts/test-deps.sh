@@ -21,6 +21,7 @@ tool() { TOOL_CHECKS+=("$1"); TOOL_PACKAGES+=("$2"); }
 tool "command -v chromium" "chromium chromium-driver" "the dashboard's browser test (headless Chromium)"
 tool "command -v bwrap" "bubblewrap" "the sandbox tests (tests/security/test_sandbox_probes.py) and suite runs under bwrap"
 tool "docker compose version || command -v docker-compose" "docker-compose" "the deployment tests (a real Compose parser)"
+tool "command -v nginx || test -x /usr/sbin/nginx" "nginx" "the reverse proxy's tests (tests/security/test_proxy_slow_clients.py)"
 
 DEFAULT_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL="redis://127.0.0.1:6379"

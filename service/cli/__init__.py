@@ -10,6 +10,7 @@ One module per group of commands, over shared pieces:
 - :mod:`service.cli.schema`: ``db upgrade`` (the migrations shipped in the package);
 - :mod:`service.cli.findings`: ``findings list|add|edit|remove|seed`` (a target's known findings);
 - :mod:`service.cli.processes`: ``serve``, ``worker``, ``beat`` (run by :mod:`workers.cli`, imported by name);
+- :mod:`service.cli.demo`: ``demo`` (the laptop demo against a running instance, :mod:`service.demo`);
 - :class:`specwatch.protocol.ExitStatus` (exit statuses), :mod:`specwatch.cli.output` (consoles, one-line errors, JSON) and
   :mod:`service.cli.database` (the unit of work of the database commands).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import typer
 
 from service.cli.alerts import alerts_app
+from service.cli.demo import demo
 from service.cli.findings import findings_app
 from service.cli.history import compare_command, history, runs_app
 from service.cli.processes import PASSTHROUGH, beat, serve, worker
@@ -39,6 +41,7 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare_command)
     app.command("rerun")(rerun)
     app.command()(serve)
+    app.command()(demo)
     app.command(context_settings=PASSTHROUGH)(worker)
     app.command(context_settings=PASSTHROUGH)(beat)
 

@@ -1,4 +1,4 @@
-"""The README's embedded path as a newcomer runs it: `specwatch serve`, then `scripts/demo.py` against it.
+"""The laptop path as a newcomer runs it (docs/getting-started.md): `specwatch serve`, then `specwatch demo` against it.
 
 The demo creates its own repository, registers it through the API, posts a signed push and follows the
 runs through `GET /runs/{id}` until they finish: the correct commit passes, the buggy one fails.
@@ -7,7 +7,6 @@ runs through `GET /runs/{id}` until they finish: the correct commit passes, the 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.models import Alert, Notification, NotificationChannel, NotificationStatus, Run, RunStatus
 from tests.e2e.conftest import wait_for
-from tests.e2e.test_serve import API_TOKEN, SECRET, sqlite_factory, sqlite_url, start_serve  # noqa: F401 - fixtures
+from tests.e2e.test_serve import API_TOKEN, SECRET, SPECWATCH, sqlite_factory, sqlite_url, start_serve  # noqa: F401 - fixtures
 from tests.support.http_fakes import fake_server
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
-
-
 def run_demo(served, tmp_path: Path) -> str:
-    command = [sys.executable, str(DEMO), "--url", served.url, "--secret", SECRET, "--token", API_TOKEN]
+    command = [SPECWATCH, "demo", "--url", served.url, "--secret", SECRET, "--token", API_TOKEN]
     command += ["--workdir", str(tmp_path / "demo"), "--timeout", "300"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=360, check=False)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n--- serve ---\n{served.output()[-3000:]}"

@@ -154,17 +154,26 @@ def test_serve_tests_pushed_commits_without_redis(
     assert "Connected to memory://" in served.output()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_serve_instances_on_one_machine_both_pass_their_run_1_on_the_first_attempt(
-    start_serve: Callable[..., Served], tmp_path: Path, toy_repo: ToyRepo
+    start_serve: Callable[..., Served],
+    tmp_path: Path,
+    toy_repo: ToyRepo,
+    backend: str,
+    create_postgres_database: Callable[..., str],
 ) -> None:
-    """Two ``specwatch serve`` with fresh databases, one HOME and one TMPDIR, their worker folders left to the
-    defaults, each testing its run 1 at once (issue 42: the second met the first's ``run-1-attempt-1``, crashed three
-    attempts and paged a broken commit)."""
+    """Two ``specwatch serve`` with fresh databases (two SQLite files, or two empty PostgreSQL databases on one
+    server, migrated by ``serve``), one HOME and one TMPDIR, their worker folders left to the defaults, each testing
+    its run 1 at once (issue 42: the second met the first's ``run-1-attempt-1``, crashed three attempts and paged a
+    broken commit)."""
     good = toy_repo.commit(CORRECT, "Add speculative sampling")
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
     tmp.mkdir()
-    databases = [f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db")]
+    if backend == "sqlite":
+        databases = [f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db")]
+    else:
+        databases = [create_postgres_database(), create_postgres_database()]
     instances = [start_serve(database=url, default_folders=True, HOME=str(home), TMPDIR=str(tmp)) for url in databases]
     target = {"name": "toy-sampler", "repo_url": REPO_URL, "branches": ["main"], "adapter": ADAPTER}
     for served in instances:

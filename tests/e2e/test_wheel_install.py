@@ -4,7 +4,7 @@
   maintainer's test file with ``assert_lossless`` passes for a correct sampler and fails for a wrong one; the
   server's commands say what to install.
 - ``pip install 'specwatch-*.whl[server]'``: ``specwatch serve`` in an empty folder migrates its database from
-  the migrations inside the wheel, answers ``/healthz``, and ``scripts/demo.py`` drives a signed push through it
+  the migrations inside the wheel, answers ``/healthz``, and ``specwatch demo`` (from the wheel) drives a signed push through it
   to a passing and a failing run (the toy sampler imports ``from specwatch import SpecOutput``, as the README
   shows, inside the worker's sandbox).
 
@@ -182,7 +182,8 @@ def test_the_server_wheel_serves_from_an_empty_folder_and_runs_the_demo(served: 
     site = _run([str(bin_dir / "python"), "-c", "import service.schema as s; print(s.MIGRATIONS)"], cwd=folder, env=_clean_env())
     assert str(tmp_path / "venv") in site.stdout, site.stdout
 
-    demo = [str(bin_dir / "python"), str(ROOT / "scripts" / "demo.py"), "--url", served.url, "--secret", SECRET, "--token", TOKEN]
+    # `specwatch demo`: the demo is part of the wheel (its toy sampler is package data).
+    demo = [str(bin_dir / "specwatch"), "demo", "--url", served.url, "--secret", SECRET, "--token", TOKEN]
     demo += ["--workdir", str(tmp_path / "demo"), "--timeout", "300"]
     done = _run(demo, cwd=folder, env=_clean_env(), timeout=400)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n--- serve ---\n{served.output()[-4000:]}"

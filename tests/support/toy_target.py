@@ -14,8 +14,8 @@ from pathlib import Path
 
 ADAPTER = "toy_lib.sampler:speculative_sample"
 
-# The toy library's correct sampler, shared with scripts/demo.py.
-CORRECT = (Path(__file__).resolve().parents[2] / "scripts" / "toy_sampler.py").read_text()
+# The toy library's correct sampler, shared with `specwatch demo` (service/demo).
+CORRECT = (Path(__file__).resolve().parents[2] / "service" / "demo" / "toy_sampler.py.txt").read_text()
 
 # The classic bug: the residual (p - q)+ written as (q - p)+.
 SWAPPED_RESIDUAL = CORRECT.replace("return (p - q).clamp(min=0)", "return (q - p).clamp(min=0)")

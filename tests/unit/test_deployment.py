@@ -178,7 +178,7 @@ def option(command: list[str], name: str) -> str:
 # ------------------------------------------------------------------------------- compose: the parser
 def test_compose_file_is_valid_and_has_the_production_shape(main_config: dict[str, Any]) -> None:
     services = main_config["services"]
-    assert set(services) == {"postgres", "redis", *SPECWATCH_SERVICES}
+    assert set(services) == {"postgres", "redis", "proxy", *SPECWATCH_SERVICES}
     assert {"postgres-data", "mirrors"} <= set(main_config["volumes"])
     assert "postgres-data" in volume_sources(services["postgres"])
     for name in ("postgres", "redis", "api"):
@@ -210,8 +210,24 @@ def test_specwatch_services_run_in_production_with_the_compose_services(main_con
 
 def test_ports_are_bound_to_loopback(main_config: dict[str, Any]) -> None:
     published = {name: published_ports(service) for name, service in main_config["services"].items() if service.get("ports")}
-    assert set(published) == {"api"}
-    assert published["api"] == [("127.0.0.1", "8000")]
+    assert set(published) == {"proxy"}, "the API is reached through the proxy only"
+    assert published["proxy"] == [("127.0.0.1", "8000")]
+
+
+def test_the_proxy_serves_the_shipped_configuration_in_front_of_the_api(main_config: dict[str, Any]) -> None:
+    """nginx (compose/nginx/specwatch.conf, tested in tests/security/test_proxy_slow_clients.py) as the official
+    image's only server, started once the API is healthy (nginx resolves ``api`` when it starts)."""
+    proxy = main_config["services"]["proxy"]
+    assert proxy["image"].startswith("nginx:")
+    (volume,) = proxy["volumes"]
+    source = volume["source"] if isinstance(volume, dict) else volume.split(":", 1)[0]
+    target = volume["target"] if isinstance(volume, dict) else volume.split(":")[1]
+    assert Path(source).parts[-3:] == ("compose", "nginx", "specwatch.conf")
+    assert target == "/etc/nginx/conf.d/default.conf"
+    assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
+    assert "server api:8000;" in (ROOT / "compose" / "nginx" / "specwatch.conf").read_text()
+    (port,) = proxy["ports"]
+    assert (port["target"] if isinstance(port, dict) else int(str(port).rsplit(":", 1)[1].removesuffix("/tcp"))) == 80
 
 
 def test_gpu_worker_reserves_an_nvidia_gpu_and_runs_one_suite_at_a_time(main_config: dict[str, Any]) -> None:
@@ -743,41 +759,3 @@ def test_env_example_as_given_refuses_to_run_without_secrets(monkeypatch: pytest
     monkeypatch.setenv("SPECWATCH_WEBHOOK_SECRET", "hook-secret")
     for cls in settings_classes():
         cls(_env_file=None)
-
-
-# ------------------------------------------------------------------------------------------ scripts/demo.py
-@pytest.mark.parametrize(
-    ("statuses", "exit_status"),
-    [(("passed", "failed"), 0), (("passed", "error"), 1), (("error", "error"), 1), (("passed", "uninstallable"), 1)],
-)
-def test_the_demo_fails_when_its_runs_end_without_a_verdict(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], statuses: tuple[str, str], exit_status: int
-) -> None:
-    """scripts/demo.py against a fake API: exit 0 only when both runs have a verdict, else 1 with each run's error."""
-    import httpx
-
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    demo = importlib.import_module("demo")
-    error = "the worker cannot isolate the suite: bwrap: Can't mount proc on /newroot/proc"
-
-    def api(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if request.method == "POST":
-            return httpx.Response(201 if path == "/targets" else 202, json={})
-        if path.endswith("/commits"):
-            return httpx.Response(200, json={"commits": [{"run_id": 1}, {"run_id": 2}]})
-        run_id = int(path.rsplit("/", 1)[1])
-        status = statuses[run_id - 1]
-        return httpx.Response(
-            200, json={"sha": f"{run_id}" * 40, "status": status, "cases": [], "error": error if status == "error" else None}
-        )
-
-    client = httpx.Client
-    monkeypatch.setattr(demo.httpx, "Client", lambda **options: client(transport=httpx.MockTransport(api), **options))
-    monkeypatch.setattr(sys, "argv", ["demo.py", "--workdir", str(tmp_path), "--timeout", "30"])
-    assert demo.main() == exit_status
-    err = capsys.readouterr().err
-    if exit_status:
-        assert "did not test the commits" in err
-    if "error" in statuses:
-        assert error in err
