@@ -90,7 +90,11 @@ class _Heartbeat:
             self.state = state
 
     def _beat(self) -> None:
-        while not self.stop.wait(min(self.interval_s, 1.0)):
+        while True:
+            with self.lock:
+                due = self.last + self.interval_s
+            if self.stop.wait(max(0.0, due - time.monotonic())):  # wakes when the silence would reach interval_s
+                return
             with self.lock:
                 now = time.monotonic()
                 if now - self.last < self.interval_s:
@@ -240,6 +244,9 @@ def check(
     alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run", callback=_in_unit_interval)] = 1e-4,
     epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)", callback=_in_unit_interval)] = None,
     seed: Annotated[int, typer.Option(help="run seed; case seeds derive from (seed, case, attempt)")] = 0,
+    max_batch: Annotated[
+        int | None, typer.Option(min=1, help="most trials per sampler call (default: sized to memory from the case's V and gamma)")
+    ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="write the full run result here")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
@@ -279,7 +286,7 @@ def check(
         args += ["--cases", pattern]
     if source is not None and source.expanduser().is_dir():
         source = source.expanduser().resolve()  # the sandbox's working directory is not the caller's
-    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
+    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--max-batch": max_batch, "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast), ("--no-early-pass", no_early_pass)) if on]
     for path in (json_file, markdown):
@@ -307,6 +314,15 @@ def check(
         for r in results:
             if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
                 console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
+    drifting = [r.case_id for r in results if r.reproducible is False]
+    if drifting:
+        listed = ", ".join(drifting[:3]) + (f" and {len(drifting) - 3} more" if len(drifting) > 3 else "")
+        console.print(
+            f"[yellow]{len(drifting)} case(s) drew randomness the suite cannot seed (two probes with one seed differed: "
+            f"{escape(listed)}): the same --seed need not give the same trials; draw from the generator passed in[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     code, line = outcome(results, known, strict=strict, suite_code=code, allow_underpowered=allow_underpowered)
     calm = code in (ExitStatus.OK, ExitStatus.UNDERPOWERED)
     colour = "green" if code == ExitStatus.OK and not known and not line.count("underpowered") else ("yellow" if calm else "bold red")
