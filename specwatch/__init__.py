@@ -32,13 +32,14 @@ CATALOGUE_VERSION = "2026.12.3.1"  # long-horizon e2e cases, processed fixtures 
 
 if TYPE_CHECKING:
     from specwatch.cases import CASES
-    from specwatch.lossless import LosslessnessError, UnderpoweredError, assert_lossless, check_lossless
+    from specwatch.lossless import IrreproducibleSamplerWarning, LosslessnessError, UnderpoweredError, assert_lossless, check_lossless
     from specwatch.protocol import CaseResult, RunResult
     from specwatch.sampling import Processing, Sampler, SpecOutput, SpecStep, reference_sampler
 
 __all__ = [
     "CASES",
     "CaseResult",
+    "IrreproducibleSamplerWarning",
     "LosslessnessError",
     "Processing",
     "RunResult",
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "IrreproducibleSamplerWarning": "specwatch.lossless",
     "LosslessnessError": "specwatch.lossless",
     "UnderpoweredError": "specwatch.lossless",
     "assert_lossless": "specwatch.lossless",

@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--replay-attempt", type=int, default=0, help="the seed attempt whose inputs --replay replays (default 0)")
     run.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     run.add_argument("--max-trials", type=int, default=SuiteConfig.max_trials)
+    run.add_argument(
+        "--max-batch", type=int, default=None, help="most trials per sampler call (default: sized to memory from the case's V and gamma)"
+    )
     run.add_argument("--time-budget", type=_positive_float, default=None, help="seconds per case")
     run.add_argument("--fail-fast", action="store_true", help="stop after the first failing case")
     run.add_argument("--no-early-pass", dest="early_pass", action="store_false", help="run every passing case to its cap (no early pass)")
@@ -100,6 +103,8 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
         raise UsageError("--alpha and --beta must be in (0, 1)")
     if args.max_trials < 1:
         raise UsageError("--max-trials must be >= 1")
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UsageError("--max-batch must be >= 1")
     device = torch.device(args.device) if args.device.split(":")[0] in ("cpu", "cuda") else None
     if device is None:
         raise UsageError(f"unknown device {args.device!r}; use cpu or cuda")
@@ -116,6 +121,7 @@ def _config(args: argparse.Namespace) -> SuiteConfig:
         replay_attempt=args.replay_attempt,
         device=args.device,
         max_trials=args.max_trials,
+        sampler_max_batch=args.max_batch,
         time_budget_s=args.time_budget,
         fail_fast=args.fail_fast,
         early_pass=args.early_pass,

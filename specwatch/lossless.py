@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Sequence
 
 from specwatch.cases import CASES, select
 from specwatch.protocol import CaseResult, Failure, RunResult, Verdict
+from specwatch.reproducible import one_thread
 from specwatch.runner import SuiteConfig, run_suite
 from specwatch.sampling import Sampler
 
@@ -31,6 +33,15 @@ class LosslessnessError(AssertionError):
     def __init__(self, message: str, result: RunResult) -> None:
         super().__init__(message)
         self.result = result
+
+
+class IrreproducibleSamplerWarning(UserWarning):
+    """A sampler drew randomness the suite cannot seed: two probes of a case with one seed gave different outputs.
+
+    The suite seeds the generator it passes and the global ones (``random``, ``np.random``, torch's); a sampler that
+    draws elsewhere (``np.random.default_rng()`` without a seed, the clock, a nondeterministic kernel) gives other
+    trials on every run, so a failure's ``reproduce:`` line need not reproduce it. Draw from the generator passed in.
+    """
 
 
 class UnderpoweredError(AssertionError):
@@ -105,6 +116,8 @@ def check_lossless(
     epsilon: float | None = None,
     seed: int = 0,
     device: str = "cpu",
+    max_batch: int | None = None,
+    tests: int | None = None,
 ) -> RunResult:
     """Run the suite's ``cases`` (id globs) against ``sampler`` and return the result; raises nothing on a failure.
 
@@ -112,12 +125,23 @@ def check_lossless(
     ``budget_s``: about how long the call may take, shared evenly by the cases; a case stopped by it passes
     with ``powered`` false (it could not rule out a TV as small as designed). ``quick``: every case at TV 0.1
     (far fewer trials); ``epsilon``: the TV distance every case is designed to detect instead of its own.
-    ``seed``: every case's seed derives from it, so a failure reproduces exactly.
+    ``seed``: every case's seed derives from it, and the global generators a sampler may draw from (``random``,
+    ``np.random``, torch's) are seeded from it per case, so a failure reproduces exactly, in this process as in
+    ``specwatch check --seed`` (torch runs with one thread here as there).
+    ``max_batch``: the most trials one call of ``sampler`` gets (default: sized to memory from the case's V and
+    gamma, 64 to 65,536; see docs/pytest.md). The same seed and ``max_batch`` give the same trials; another
+    ``max_batch`` draws the same laws in another random stream.
+    ``tests``: the number of checks the run's ``alpha`` is split over (default: those of the chosen cases); a
+    ``reproduce:`` line passes the failed run's, so that the cases it names keep their thresholds.
     """
     if not 0 < alpha < 1 or not 0 < beta < 1:
         raise ValueError("alpha and beta must be in (0, 1)")
     if budget_s is not None and not budget_s > 0:
         raise ValueError("budget_s must be > 0")
+    if max_batch is not None and max_batch < 1:
+        raise ValueError("max_batch must be >= 1")
+    if tests is not None and tests < 1:
+        raise ValueError("tests must be >= 1")
     chosen = tuple(c for c in select(list(cases), CASES) if c.quick or not quick)
     if not chosen:
         known = ", ".join(sorted({c.id.rsplit("/", 2)[0] + "/*" for c in CASES}))
@@ -130,8 +154,21 @@ def check_lossless(
         seed=seed,
         device=device,
         time_budget_s=None if budget_s is None else budget_s / len(chosen),
+        sampler_max_batch=max_batch,
     )
-    return run_suite(chosen, sampler, config, target=f"python:{_name(sampler)}")
+    with one_thread():
+        result = run_suite(chosen, sampler, config, target=f"python:{_name(sampler)}", tests=tests)
+    drifting = [c.case_id for c in result.results if c.reproducible is False]
+    if drifting:
+        listed = ", ".join(drifting[:3]) + (f" and {len(drifting) - 3} more" if len(drifting) > 3 else "")
+        warnings.warn(
+            IrreproducibleSamplerWarning(
+                f"{_name(sampler)} drew randomness the suite cannot seed: two probes with one seed differed on {listed}; "
+                "the same seed need not give the same trials (draw from the generator passed in)"
+            ),
+            stacklevel=2,
+        )
+    return result
 
 
 def assert_lossless(
@@ -146,6 +183,8 @@ def assert_lossless(
     seed: int = 0,
     device: str = "cpu",
     allow_underpowered: bool = False,
+    max_batch: int | None = None,
+    tests: int | None = None,
 ) -> RunResult:
     """Assert that ``sampler`` follows the exact speculative-sampling laws on ``cases``; return the run.
 
@@ -158,7 +197,17 @@ def assert_lossless(
     """
     __tracebackhide__ = True  # pytest shows the assertion, not this frame
     result = check_lossless(
-        sampler, cases=cases, alpha=alpha, beta=beta, budget_s=budget_s, quick=quick, epsilon=epsilon, seed=seed, device=device
+        sampler,
+        cases=cases,
+        alpha=alpha,
+        beta=beta,
+        budget_s=budget_s,
+        quick=quick,
+        epsilon=epsilon,
+        seed=seed,
+        device=device,
+        max_batch=max_batch,
+        tests=tests,
     )
     bad = [c for c in result.results if c.verdict in (Verdict.FAIL, Verdict.ERROR)]
     if not bad:
@@ -170,9 +219,35 @@ def assert_lossless(
         f"{_name(sampler)} is not lossless: {len(bad)} of {len(result.results)} case(s) failed "
         f"(alpha = {alpha:g}, seed = {seed}, specwatch suite {result.suite_version})",
         *(f"  {describe_failure(c)}" for c in bad),
-        f"  reproduce: assert_lossless({_name(sampler)}, cases={[c.case_id for c in bad]!r}, seed={seed}{', quick=True' if quick else ''})",
+        f"  reproduce: {reproduce_call(sampler, result, bad, quick=quick, epsilon=epsilon, device=device, max_batch=max_batch)}",
     ]
+    if any(c.reproducible is False for c in bad):
+        lines.append("  (the sampler draws randomness the suite cannot seed: this line may not reproduce the failure)")
     raise LosslessnessError("\n".join(lines), result)
+
+
+def reproduce_call(
+    sampler: Sampler,
+    result: RunResult,
+    bad: Sequence[CaseResult],
+    *,
+    quick: bool,
+    epsilon: float | None,
+    device: str,
+    max_batch: int | None,
+) -> str:
+    """The call that runs the failing cases ``bad`` again exactly: their ids, the run's seed, alpha, beta and its
+    number of checks (``tests``: fewer cases would otherwise lower every threshold), and every option that changes
+    the trials (``quick``, ``epsilon``, ``device``, ``max_batch``) where it is not the default."""
+    options = [f"cases={[c.case_id for c in bad]!r}", f"seed={result.seed}"]
+    if result.alpha != 1e-4:
+        options.append(f"alpha={result.alpha!r}")
+    if result.beta != 1e-3:
+        options.append(f"beta={result.beta!r}")
+    options.append(f"tests={result.tests}")
+    extra = {"quick": quick or None, "epsilon": epsilon, "device": None if device == "cpu" else device, "max_batch": max_batch}
+    options += [f"{name}={value!r}" for name, value in extra.items() if value is not None]
+    return f"assert_lossless({_name(sampler)}, {', '.join(options)})"
 
 
 def _underpowered(

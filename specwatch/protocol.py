@@ -23,12 +23,13 @@ from typing import Any
 #: [0, per_trial_max] of one trial's accepted drafts (None: the case does not measure acceptance). 4: the early
 #: pass (docs/statistics.md §7a): checks carry ``pass_log_statistic`` and ``passed_at``, cases ``early_pass`` and
 #: ``pass_threshold``, runs ``early_pass_beta``. 5: a case replayed with an earlier run's inputs carries ``replay``
-#: (what that replay found, before the case ran with this run's own seeds).
-RESULT_SCHEMA = 5
+#: (what that replay found, before the case ran with this run's own seeds). 6: cases carry ``reproducible`` (two
+#: fingerprint probes with one seed agreed).
+RESULT_SCHEMA = 6
 #: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None); a
 #: schema-3 result is a schema-4 one without the early pass (it ran every passing case to its cap); a schema-4 result
-#: is a schema-5 one that replayed nothing.
-READABLE_SCHEMAS = (2, 3, 4, RESULT_SCHEMA)
+#: is a schema-5 one that replayed nothing; a schema-5 result is a schema-6 one whose reproducibility was not checked.
+READABLE_SCHEMAS = (2, 3, 4, 5, RESULT_SCHEMA)
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
 
@@ -203,6 +204,9 @@ class CaseResult:
     pass_threshold: float | None = None
     #: The case replayed with an earlier run's inputs before this run's own (None: not replayed).
     replay: Replay | None = None
+    #: Two fingerprint probes with one seed gave the same outputs (False: the sampler draws randomness the suite
+    #: cannot seed, so the same seed need not give the same trials); None: not checked (the case did not run).
+    reproducible: bool | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

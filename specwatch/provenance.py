@@ -13,6 +13,7 @@ import torch
 
 from specwatch.cases import Case
 from specwatch.experiments import Experiment
+from specwatch.reproducible import draw, global_seed, seeded_globals
 
 
 def derive_seed(run_seed: int, case_id: str, attempt: int) -> int:
@@ -36,15 +37,19 @@ def probe_trials(experiment: Experiment, first_batch: int) -> int:
     return max(1, min(first_batch, int(wanted)))
 
 
-def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str) -> str:
-    """A hash of the outputs of ``trials`` trials drawn with a seed fixed per case (not per run or commit).
+def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: str, max_batch: int | None = None) -> str:
+    """A hash of the outputs of ``trials`` trials drawn with a seed fixed per case (not per run or commit), in calls of
+    at most ``max_batch`` trials, the global generators seeded from the same seed
+    (:func:`specwatch.reproducible.seeded_globals`).
 
     Two commits whose sampler behaves the same on the case get the same fingerprint, on the same device
     and library versions, so an unchanged fingerprint marks "behaviour unchanged" at no statistical cost.
     The probe's trials are not evidence: the test draws its own with the run's seed.
     """
-    generator = torch.Generator(device=device).manual_seed(derive_seed(FINGERPRINT_SEED, case.id, 0))
-    obs = experiment.run(trials, generator)
+    seed = derive_seed(FINGERPRINT_SEED, case.id, 0)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with seeded_globals(global_seed(seed, "probe"), device):
+        obs = draw(experiment, trials, generator, max_batch)
     digest = hashlib.sha256(f"{trials}:".encode())
     digest.update(obs.sample)
     for name in sorted(obs.counts):
@@ -53,6 +58,15 @@ def output_fingerprint(case: Case, experiment: Experiment, trials: int, device: 
     for violation in obs.violations:
         digest.update(f"{violation.layer.value}:{violation.message}".encode())
     return digest.hexdigest()[:16]
+
+
+def probe(case: Case, experiment: Experiment, trials: int, device: str, max_batch: int | None) -> tuple[str, bool]:
+    """The case's fingerprint (:func:`output_fingerprint`) and whether a second probe with the same seeds gave the
+    same outputs: False when the sampler draws randomness that neither its generator nor the seeded global ones
+    give it (an unseeded ``np.random.default_rng()``, the clock, a nondeterministic kernel), so that a run with the
+    same seed need not give the same trials."""
+    first = output_fingerprint(case, experiment, trials, device, max_batch)
+    return first, output_fingerprint(case, experiment, trials, device, max_batch) == first
 
 
 def device_name(device: str) -> str:

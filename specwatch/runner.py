@@ -22,7 +22,8 @@ from specwatch.evidence import CaseEvidence, case_result, designed_checks, passe
 from specwatch.experiments import Experiment
 from specwatch.laws import validate_law
 from specwatch.protocol import Acceptance, CaseResult, LibraryIdentity, Replay, RunResult, Verdict, run_verdict
-from specwatch.provenance import derive_seed, device_name, environment, output_fingerprint, probe_trials
+from specwatch.provenance import derive_seed, device_name, environment, probe, probe_trials
+from specwatch.reproducible import draw, experiment_max_batch, global_seed, seeded_globals
 from specwatch.sampling import Sampler, TargetRaised
 from specwatch.stats import (
     plan_test,
@@ -53,6 +54,9 @@ class SuiteConfig:
     max_trials: int = 1 << 21
     first_batch: int = 1024
     max_batch: int = 1 << 16
+    #: The most trials one call of the sampler gets (``max_batch`` of assert_lossless and check); None: sized to
+    #: memory from the case's V and gamma (:func:`specwatch.reproducible.default_max_batch`).
+    sampler_max_batch: int | None = None
     time_budget_s: float | None = None
     fail_fast: bool = False
     #: Stop a clean case before its cap once every designed check's pass statistic reaches 1 / early_pass_beta
@@ -179,26 +183,29 @@ def run_case_once(
     batch = max(16, min(config.first_batch, cap // (EARLY_PASS_LOOKS if watched else 8)))
     largest = min(config.max_batch, max(batch, cap // EARLY_PASS_LOOKS)) if watched else config.max_batch
     timed_out = False
+    reproducible: bool | None = None
+    calls = experiment_max_batch(experiment, config.sampler_max_batch)
     try:
-        state.fingerprint = output_fingerprint(case, experiment, probe_trials(experiment, config.first_batch), config.device)
+        state.fingerprint, reproducible = probe(case, experiment, probe_trials(experiment, config.first_batch), config.device, calls)
         planned = cap
-        while not state.done() and not passed_early(experiment, state):
-            if state.trials >= cap == planned:  # once, at the planned cap
-                cap += top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned)
-            if state.trials >= cap:
-                break
-            n = min(batch, cap - state.trials)
-            state.add(experiment.run(n, generator), n)
-            if progress is not None:
-                best = max(state.max_log_e.values(), default=0.0)
-                progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
-            if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
-                timed_out = state.trials < cap and not state.done()
-                break
-            batch = min(2 * batch, largest)
+        with seeded_globals(global_seed(seed, "trials"), config.device):  # a sampler's own np.random / torch draws
+            while not state.done() and not passed_early(experiment, state):
+                if state.trials >= cap == planned:  # once, at the planned cap
+                    cap += top_up(experiment, state, config, epsilon=epsilon, threshold=threshold, cap=planned)
+                if state.trials >= cap:
+                    break
+                n = min(batch, cap - state.trials)
+                state.add(draw(experiment, n, generator, calls), n)
+                if progress is not None:
+                    best = max(state.max_log_e.values(), default=0.0)
+                    progress(Progress(case.id, index, total, state.trials, cap, best, state.log_threshold))
+                if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
+                    timed_out = state.trials < cap and not state.done()
+                    break
+                batch = min(2 * batch, largest)
     except TargetRaised as raised:  # the code under test raised on a valid input: a finding, not an error
         state.raised = raised
-    return case_result(
+    result = case_result(
         case,
         experiment,
         state,
@@ -212,6 +219,7 @@ def run_case_once(
         timed_out=timed_out,
         started=started,
     )
+    return replace(result, reproducible=reproducible)
 
 
 def error_result(case: Case, config: SuiteConfig, tests_in_run: int, exc: BaseException, duration: float) -> CaseResult:
@@ -302,8 +310,10 @@ def run_suite(
     progress: ProgressCallback | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
     pool: CasePool | None = None,
+    tests: int | None = None,
 ) -> RunResult:
-    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni).
+    """Run ``cases`` against ``sampler``; alpha is split over every check of every case (Bonferroni), or over
+    ``tests`` checks when given (a rerun of some cases of a larger run, with that run's thresholds).
 
     With a ``pool`` the runnable cases execute in other processes (results arrive as they finish;
     per-batch progress is not forwarded); the run result lists cases in catalogue order.
@@ -320,7 +330,7 @@ def run_suite(
             built.append(case.build(sampler, device))
         except Exception as exc:  # noqa: BLE001 - a target that cannot set a case up is that case's error
             built.append(exc)
-    tests = max(1, sum(len(e.checks) for e in built if e is not None and not isinstance(e, BaseException)))
+    tests = tests or max(1, sum(len(e.checks) for e in built if e is not None and not isinstance(e, BaseException)))
     results: list[CaseResult] = []
     if pool is not None:
         results = _run_pooled(pool, cases, built, config, tests, on_result=on_result)

@@ -32,6 +32,8 @@ _CASE_DETAIL_FIELDS = (
     "pass_threshold",
     # schema 5: a counterexample replayed with the earlier run's inputs (a confirmation run's)
     "replay",
+    # schema 6: two probes with one seed agreed (None: not checked)
+    "reproducible",
 )
 
 

@@ -16,7 +16,6 @@ import os
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -29,6 +28,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from specwatch.cli import isolated
+from specwatch.cli.heartbeat import HEARTBEAT_S, Heartbeat
 from specwatch.cli.isolated import Plan, unsandboxed
 from specwatch.cli.output import console, fail, out
 from specwatch.cli.table import _fmt_verdict, known_findings_lines, results_table
@@ -61,53 +61,6 @@ def _drain(stream: IO[str], into: list[str]) -> None:
     into.extend(stream)
 
 
-#: Outside a terminal, the longest silence (seconds) before a line says the run is alive (:class:`_Heartbeat`).
-HEARTBEAT_S = 30.0
-
-
-class _Heartbeat:
-    """Outside a terminal (a log, CI) the bars are not drawn and a line appears only when a case ends: a long case
-    would print nothing for minutes. This thread prints a line whenever :data:`HEARTBEAT_S` pass without one, with
-    what the last progress event said (the case, its trials of its cap, its evidence) and the time so far."""
-
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self.started = self.last = time.monotonic()
-        self.state = "waiting for the suite to start"
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._beat, name="specwatch-heartbeat", daemon=True)
-
-    def printed(self, state: str) -> None:
-        """A line was printed; the run is now at ``state``."""
-        with self.lock:
-            self.last = time.monotonic()
-            self.state = state
-
-    def doing(self, state: str) -> None:
-        """The run is at ``state`` (nothing printed: the silence goes on)."""
-        with self.lock:
-            self.state = state
-
-    def _beat(self) -> None:
-        while not self.stop.wait(min(self.interval_s, 1.0)):
-            with self.lock:
-                now = time.monotonic()
-                if now - self.last < self.interval_s:
-                    continue
-                self.last = now
-                line = f"... still running ({now - self.started:.0f} s): {self.state}"
-            console.print(escape(line), highlight=False, soft_wrap=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
     """Run the suite as ``plan`` says (default: as the caller), render progress, read its events (protocol objects,
     schema checked). Outside a terminal no bars are drawn (they would render once, at the end, after the per-case
@@ -118,7 +71,7 @@ def _stream(command: list[str], plan: Plan | None = None) -> Streamed:
     errors: list[str] = []
     total = 0
     terminal = console.is_terminal
-    heartbeat = _Heartbeat(HEARTBEAT_S)
+    heartbeat = Heartbeat(HEARTBEAT_S)
     with (
         heartbeat if not terminal else contextlib.nullcontext(),
         subprocess.Popen(  # noqa: S603 -- our interpreter (in bubblewrap), no shell
@@ -240,6 +193,9 @@ def check(
     alpha: Annotated[float, typer.Option(help="family-wise false-alarm rate of the run", callback=_in_unit_interval)] = 1e-4,
     epsilon: Annotated[float | None, typer.Option(help="TV distance to detect (overrides each case's)", callback=_in_unit_interval)] = None,
     seed: Annotated[int, typer.Option(help="run seed; case seeds derive from (seed, case, attempt)")] = 0,
+    max_batch: Annotated[
+        int | None, typer.Option(min=1, help="most trials per sampler call (default: sized to memory from V, gamma)")
+    ] = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="write the full run result here")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write a report to paste into an upstream issue")] = None,
     device: Annotated[Device, typer.Option(help="where the trials run")] = Device.cpu,
@@ -279,7 +235,7 @@ def check(
         args += ["--cases", pattern]
     if source is not None and source.expanduser().is_dir():
         source = source.expanduser().resolve()  # the sandbox's working directory is not the caller's
-    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--pip": pip, "--source": source}
+    valued = {"--epsilon": None if epsilon is None else repr(epsilon), "--max-batch": max_batch, "--pip": pip, "--source": source}
     args += [item for option, value in valued.items() if value is not None for item in (option, str(value))]
     args += [flag for flag, on in (("--quick", quick), ("--fail-fast", fail_fast), ("--no-early-pass", no_early_pass)) if on]
     for path in (json_file, markdown):
@@ -303,15 +259,30 @@ def check(
             message = f"{errored[0].case_id}: {errored[0].reason.splitlines()[0]}"
         fail(message.removeprefix("error: "), ExitStatus.USAGE)
     what = f" — tested {tested(run)} in {run.duration_s:.0f} s" if run is not None else ""
-    if code == ExitStatus.VIOLATION:
-        for r in results:
-            if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
-                console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
+    _notes(results, code)
     code, line = outcome(results, known, strict=strict, suite_code=code, allow_underpowered=allow_underpowered)
     calm = code in (ExitStatus.OK, ExitStatus.UNDERPOWERED)
     colour = "green" if code == ExitStatus.OK and not known and not line.count("underpowered") else ("yellow" if calm else "bold red")
     console.print(f"[{colour}]{line}[/]{escape(what)}; {escape(plan.describe())}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _notes(results: Sequence[CaseResult], code: int) -> None:
+    """Before the summary: each case whose target raised on a valid input (its exception: a finding about the
+    sampler), and the cases whose sampler draws randomness the suite cannot seed (two probes with one seed differed)."""
+    if code == ExitStatus.VIOLATION:
+        for r in results:
+            if r.failure == Failure.RAISED:  # the reason's first line: the exception (a finding about the sampler)
+                console.print(f"[bold red]{r.case_id}:[/] {escape(r.reason.splitlines()[0])}", highlight=False, soft_wrap=True)
+    drifting = [r.case_id for r in results if r.reproducible is False]
+    if drifting:
+        listed = ", ".join(drifting[:3]) + (f" and {len(drifting) - 3} more" if len(drifting) > 3 else "")
+        console.print(
+            f"[yellow]{len(drifting)} case(s) drew randomness the suite cannot seed (two probes with one seed differed: "
+            f"{escape(listed)}): the same --seed need not give the same trials; draw from the generator passed in[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _run(args: list[str], *, pip: str | None, source: Path | None, target: str | None, gpu: bool, sandboxed: bool) -> tuple[Streamed, Plan]:

@@ -11,7 +11,7 @@ PACKAGES = ("specwatch", "service", "workers")
 MODULE_LINES = 400
 FUNCTION_LINES = 80
 #: Modules over the limit today (path: lines at most), to be split.
-PENDING_MODULES: dict[str, int] = {"specwatch/cli/check.py": 430}
+PENDING_MODULES: dict[str, int] = {}
 #: Functions over the limit today (path:function: lines at most), to be split.
 PENDING_FUNCTIONS: dict[str, int] = {"specwatch/cli/check.py:check": 85}
 

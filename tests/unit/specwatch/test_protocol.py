@@ -65,7 +65,7 @@ def test_a_schema_3_result_reads_as_one_without_the_early_pass(result: RunResult
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2, 3, 4 and {RESULT_SCHEMA}"),
+        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2, 3, 4, 5 and {RESULT_SCHEMA}"),
         (lambda p: p["results"][0].update(schema=RESULT_SCHEMA + 1), "case 'direct/far_apart/V8/g1': schema"),
         (lambda p: p.pop("schema"), "run result: schema None"),
         (lambda p: p.update(verdict="maybe"), "run result: ValueError: 'maybe' is not a valid Verdict"),

@@ -101,10 +101,10 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 5
+    assert payload["schema"] == 6
     assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
-    for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain"):
+    for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain", "reproducible"):
         assert key in case
     for key in ("stopped_log_e_value", "stopped_e_value", "reach", "designed"):
         assert key in case["checks"][0]
@@ -128,13 +128,13 @@ def test_a_target_that_raises_on_a_valid_input_fails_the_case_as_raised():
 
     def flaky(step, n, generator):  # answers, then raises: the trials before are reported
         calls.append(n)
-        if len(calls) > 3:
+        if len(calls) > 4:
             raise ValueError("residual underflow")
         return reference_sampler(step, n, generator)
 
     case = run_suite(select(["direct/far_apart/V8/g1"]), flaky, SuiteConfig()).results[0]
     assert case.failure == Failure.RAISED
-    assert case.n_trials == sum(calls[1:3])  # the fingerprint probe's trials are not counted
+    assert case.n_trials == sum(calls[2:4])  # the two fingerprint probes' trials are not counted
     assert "ValueError: residual underflow" in case.reason
 
 
