@@ -20,6 +20,7 @@ from tests.support.http_fakes import fake_server
 
 pytestmark = pytest.mark.slow
 
+
 def run_demo(served, tmp_path: Path) -> str:
     command = [SPECWATCH, "demo", "--url", served.url, "--secret", SECRET, "--token", API_TOKEN]
     command += ["--workdir", str(tmp_path / "demo"), "--timeout", "300"]

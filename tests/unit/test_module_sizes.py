@@ -13,7 +13,7 @@ FUNCTION_LINES = 80
 #: Modules over the limit today (path: lines at most), to be split.
 PENDING_MODULES: dict[str, int] = {}
 #: Functions over the limit today (path:function: lines at most), to be split.
-PENDING_FUNCTIONS: dict[str, int] = {"specwatch/cli/check.py:check": 85}
+PENDING_FUNCTIONS: dict[str, int] = {}
 
 
 def _modules() -> list[Path]:

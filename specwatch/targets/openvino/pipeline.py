@@ -87,4 +87,3 @@ class Pipeline:
                 drafted, accepted = None, sum(sizes) - len(sizes)
         steps = tuple(int(size) for size in result.perf_metrics.raw_metrics.m_batch_sizes)
         return Call(tokens, drafted, accepted, steps)
-

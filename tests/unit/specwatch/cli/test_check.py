@@ -14,8 +14,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from service.cli import app
-from specwatch.cli.check import Streamed, _show, _stream, annotated, known_failures, known_findings_lines, outcome, results_table
+from specwatch.cli.check import _show, annotated, known_failures, known_findings_lines, outcome, results_table
 from specwatch.cli.check import tested as what_was_tested
+from specwatch.cli.stream import Streamed, stream_suite
 from specwatch.protocol import Acceptance, CaseResult, ExitStatus, Failure, RunResult, Verdict
 from specwatch.report import markdown_report
 
@@ -195,7 +196,7 @@ def test_a_suite_that_writes_a_megabyte_to_stderr_does_not_hang_check(monkeypatc
         "sys.stderr.flush()\n"
         "print(json.dumps({'event': 'error', 'message': 'done'}), flush=True)\n"
     )
-    got = _stream([sys.executable, "-c", noisy])
+    got = stream_suite([sys.executable, "-c", noisy])
     assert got.code == 0
     assert got.error == "done"
     assert len(got.stderr) == 1 << 20
@@ -209,7 +210,7 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_the_run(
     def never(command: list[str]) -> None:
         raise AssertionError("the suite ran")
 
-    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "_stream", never)
+    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "stream_suite", never)
     done = CliRunner().invoke(app, ["check", option, str(tmp_path / "missing" / "x.json")])
     assert done.exit_code == ExitStatus.USAGE
     assert "no such directory" in done.output
@@ -266,7 +267,7 @@ def test_output_that_is_not_a_terminal_gets_a_line_per_finished_case(capsys: pyt
         {"event": "case", "result": _result("e2e/b").to_dict()},
     ]
     child = "".join(f"print({json.dumps(json.dumps(e))}, flush=True)\n" for e in events)
-    got = _stream([sys.executable, "-c", child])
+    got = stream_suite([sys.executable, "-c", child])
     assert [r.case_id for r in got.results] == ["e2e/a", "e2e/b"]
     lines = capsys.readouterr().err.splitlines()
     first = lines.index("[1/2] e2e/a: pass, 128 of 128 trials, 0.1 s")
@@ -278,7 +279,7 @@ def test_output_that_is_not_a_terminal_gets_a_line_per_finished_case(capsys: pyt
 def test_outside_a_terminal_a_long_case_says_it_is_alive(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A case whose batch takes long printed nothing for minutes in a log: a heartbeat line now says where the run is
     whenever HEARTBEAT_S pass in silence (here 0.1 s, against a batch that takes 2 s)."""
-    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "HEARTBEAT_S", 0.1)  # the module: specwatch.cli.check is also the command
+    monkeypatch.setattr(sys.modules["specwatch.cli.stream"], "HEARTBEAT_S", 0.1)
     start = {"event": "start", "cases": ["e2e/a"], "left_out": []}
     progress = {"event": "progress", "case_id": "e2e/a", "trials": 64, "cap": 512, "log_e": 1.5, "log_threshold": 12.0}
     case = {"event": "case", "result": _result("e2e/a", "pass").to_dict()}
@@ -287,7 +288,7 @@ def test_outside_a_terminal_a_long_case_says_it_is_alive(capsys: pytest.CaptureF
         "time.sleep(2)\n"  # the suite's next batch, slow: the subject of the test
         f"print({json.dumps(json.dumps(case))}, flush=True)\n"
     )
-    _stream([sys.executable, "-c", child])
+    stream_suite([sys.executable, "-c", child])
     lines = capsys.readouterr().err.splitlines()
     beats = [line for line in lines if line.startswith("... still running")]
     assert beats, lines

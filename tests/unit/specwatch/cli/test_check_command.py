@@ -74,7 +74,7 @@ def test_bad_numbers_exit_2_before_the_suite_starts(args, message, monkeypatch):
     def no_suite(command):
         raise AssertionError(f"the suite was started: {command}")
 
-    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "_stream", no_suite)
+    monkeypatch.setattr(sys.modules["specwatch.cli.check"], "stream_suite", no_suite)
     result = _check(*args)
     assert result.exit_code == 2, result.output
     assert message in result.output
