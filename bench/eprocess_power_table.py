@@ -28,7 +28,8 @@ def needed(support: int, epsilon: float, threshold: float, runs: int, step: floa
     """Smallest n on the geometric grid with zero misses in ``runs`` runs (a coarse pass, then ``step``)."""
 
     def clean(n: int) -> bool:
-        return count_misses(support, epsilon, threshold, n, runs, np.random.default_rng([seed, support, n]), stop_at=1) == 0
+        rng = np.random.default_rng([seed, support, n])
+        return count_misses(support, epsilon, threshold, n=n, runs=runs, rng=rng, stop_at=1) == 0
 
     n = max(1, math.ceil(math.log(threshold) / (4 * epsilon**2)))
     while not clean(n):  # coarse: doubling-ish

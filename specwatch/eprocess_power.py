@@ -35,10 +35,10 @@ def eprocess_needed(support: int, epsilon: float, threshold: float, beta: float)
     """Observations after which the e-process crosses ``threshold`` except with probability <= ``beta`` at TV ``epsilon``.
 
     Conservative lookup, never interpolated downward: the next tabulated support >= ``support``, the next tabulated
-    threshold >= ``threshold`` and the largest tabulated epsilon <= ``epsilon``, scaled by (eps_grid / epsilon)^0 (that
-    is, the smaller epsilon's n is used unchanged: it needs more observations). None when the request lies outside the
-    table (support or threshold above its largest entry, epsilon below its smallest, or ``beta`` below the table's
-    ``beta_bound``): the caller then keeps the Pearson design.
+    threshold >= ``threshold`` and the largest tabulated epsilon <= ``epsilon`` (unscaled: it needs more observations),
+    and of those the largest n any grid problem at most as hard needed (a monotone envelope over simulation noise).
+    None when the request lies outside the table (support or threshold above its largest entry, epsilon below its
+    smallest, or ``beta`` below the table's ``beta_bound``): the caller then keeps the Pearson design.
     """
     if support < 1 or epsilon <= 0 or threshold <= 1 or not 0 < beta < 1:
         raise ValueError("support >= 1, epsilon > 0, threshold > 1 and beta in (0, 1) are required")
@@ -54,11 +54,10 @@ def eprocess_needed(support: int, epsilon: float, threshold: float, beta: float)
     i_e = bisect.bisect_right(epsilons, epsilon * (1 + 1e-12)) - 1
     if i_k == len(supports) or i_t == len(thresholds) or i_e < 0:
         return None
-    key = (supports[i_k], epsilons[i_e], thresholds[i_t])
-    for r in rows:
-        if (int(r["support"]), float(r["epsilon"]), float(r["threshold"])) == key:
-            return int(r["needed"])
-    return None
+    k_up, e_down, t_up = supports[i_k], epsilons[i_e], thresholds[i_t]
+    # A monotone envelope: the most any easier-or-equal grid problem needed (smaller support, larger epsilon, lower
+    # threshold), so simulation noise between neighbouring rows never lowers the answer.
+    return max(int(r["needed"]) for r in rows if r["support"] <= k_up and r["epsilon"] >= e_down and r["threshold"] <= t_up)
 
 
 def least_favourable(support: int, epsilon: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
