@@ -110,7 +110,7 @@ def test_the_library_wheel_installs_no_server_and_asserts_losslessness(wheel: Pa
 
     project = tmp_path / "mylib"
     project.mkdir()
-    correct = (ROOT / "scripts" / "toy_sampler.py").read_text()
+    correct = (ROOT / "service" / "demo" / "toy_sampler.py.txt").read_text()
     assert "from specwatch import SpecOutput" in correct
     (project / "sampler_ok.py").write_text(correct)
     (project / "sampler_bad.py").write_text(correct.replace("return (p - q).clamp(min=0)", "return (q - p).clamp(min=0)"))
