@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import metadata
 from typing import Any, Literal, Protocol, Self
 
 import numpy as np
@@ -63,6 +64,14 @@ class Adapter(ABC):
     @abstractmethod
     def cases(self) -> tuple[Case, ...]:
         """The cases this release runs (a path it lacks: skipped with the reason)."""
+
+
+def distribution_version(distribution: str) -> str:
+    """The installed version of ``distribution`` from its metadata, ``unknown`` where it has none."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def refusing_sampler(message: str) -> Sampler:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import ModuleType
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from specwatch.cases import Case
 from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler
-from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
+from specwatch.targets.base import Adapter, AdapterError, distribution_version, refusing_sampler
 
 DISTRIBUTION = "mlx-lm"
 
@@ -47,7 +46,7 @@ class MlxAdapter(Adapter):
             "stream_generate": hasattr(generate, "stream_generate"),
             "server": importlib.util.find_spec("mlx_lm.server") is not None,
         }
-        version = str(getattr(mlx_lm, "__version__", None) or _version(DISTRIBUTION))
+        version = str(getattr(mlx_lm, "__version__", None) or distribution_version(DISTRIBUTION))
         return cls(mlx_lm, version, str(getattr(mx, "__version__", "unknown")), str(mx.default_device()), features)
 
     def describe(self) -> LibraryIdentity:
@@ -67,10 +66,3 @@ class MlxAdapter(Adapter):
         from specwatch.targets.mlx.e2e import e2e_cases  # noqa: PLC0415 - the tiny models need transformers
 
         return e2e_cases(self)
-
-
-def _version(distribution: str) -> str:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "unknown"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from importlib import metadata
 from types import ModuleType
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from specwatch.cases import Case
 from specwatch.protocol import LibraryIdentity
 from specwatch.sampling import Sampler
-from specwatch.targets.base import Adapter, AdapterError, refusing_sampler
+from specwatch.targets.base import Adapter, AdapterError, distribution_version, refusing_sampler
 
 DISTRIBUTION = "openvino-genai"
 
@@ -54,14 +53,14 @@ class OpenVinoAdapter(Adapter):
         details = {
             "openvino_genai_build": str(genai.__version__),
             "openvino": str(ov.get_version()),
-            "openvino_tokenizers": _version("openvino-tokenizers"),
-            "optimum_intel": _version("optimum-intel"),
+            "openvino_tokenizers": distribution_version("openvino-tokenizers"),
+            "optimum_intel": distribution_version("optimum-intel"),
             "cpu": str(core.get_property("CPU", "FULL_DEVICE_NAME")),
             "inference_precision": "f32 (INFERENCE_PRECISION_HINT)",
             "torch": torch.__version__,
         }
         # The distribution's version (PEP 440, what known findings' ranges match); the build string goes in details.
-        version = _version(DISTRIBUTION)
+        version = distribution_version(DISTRIBUTION)
         return cls(genai, version if version != "unknown" else str(genai.__version__).split("-")[0], details, features)
 
     def describe(self) -> LibraryIdentity:
@@ -84,10 +83,3 @@ class OpenVinoAdapter(Adapter):
         from specwatch.targets.openvino.e2e import e2e_cases  # noqa: PLC0415 - the tiny models need transformers
 
         return e2e_cases(self)
-
-
-def _version(distribution: str) -> str:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "unknown"
