@@ -35,7 +35,7 @@ test-slow: test-deps install
 	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp and not openvino and not mlx"
 
 # Everything CI runs.
-test-all: test test-cold test-slow test-vllm test-sglang test-llamacpp test-mlx test-compose
+test-all: test test-cold test-slow test-vllm test-sglang test-llamacpp test-mlx test-openvino test-compose
 
 # The vLLM target against a real build: VLLM_PIP is installed into the suite's release cache (minutes and
 # about 2.5 GB the first time), then its tests run with it first on PYTHONPATH. CI runs this after `make test` and `make test-slow`.
@@ -100,7 +100,7 @@ test-mlx: test-deps install
 # cores: see docs/testing.md, "Tiers and measured timings".
 COLD_CACHE ?= $(CURDIR)/.cold-cache
 TRANSFORMERS_PIP ?= transformers==5.24.0
-COLD_TARGETS ?= $(TRANSFORMERS_PIP) $(VLLM_PIP) $(SGLANG_PIP) $(LLAMACPP_PIP) $(MLX_PIP)
+COLD_TARGETS ?= $(TRANSFORMERS_PIP) $(VLLM_PIP) $(SGLANG_PIP) $(LLAMACPP_PIP) $(MLX_PIP) $(OPENVINO_PIP)
 test-cold: install
 	scripts/test-deps.sh --tools
 	if [ '$(COLD_CACHE)' = '$(CURDIR)/.cold-cache' ]; then rm -rf '$(COLD_CACHE)'; fi

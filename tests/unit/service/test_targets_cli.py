@@ -212,15 +212,29 @@ def test_remove_asks_first_and_keeps_the_target_when_refused(factory: sessionmak
     assert json.loads(specwatch(factory, "targets", "list", "--json").stdout) == []
 
 
-def test_the_readme_commands_work_as_written(factory: sessionmaker[Session]) -> None:
+def _made_repository(args: list[str], docs: str, tmp_path: Path) -> list[str]:
+    """``args`` with a local ``--repo`` that the docs make with an earlier command (``... --out PATH``, e.g.
+    scripts/replay_history.py) pointed at such a repository made here: the docs' path exists only where that
+    command ran. A local path no documented command makes stays as written (and fails)."""
+    at = args.index("--repo") + 1
+    path = args[at]
+    if not path.startswith("/") or Path(path).exists() or f"--out {path}" not in docs:
+        return args
+    made = tmp_path / Path(path).name
+    made.mkdir()
+    subprocess.run(["git", "init", "--quiet", str(made)], check=True)
+    return [*args[:at], str(made), *args[at + 1 :]]
+
+
+def test_the_readme_commands_work_as_written(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Every ``specwatch targets add`` line of the README and the docs pages parses and adds its target (issue 26:
-    the vLLM one lacked ``--branch``, which now defaults to main)."""
+    the vLLM one lacked ``--branch``, which now defaults to main); a local repository the docs make first is made."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     readme = "\n".join(page.read_text() for page in pages)
     lines = [line.strip() for line in readme.splitlines() if line.strip().startswith("specwatch targets add ")]
     assert any(" vllm " in line for line in lines)
     for line in lines:
-        args = shlex.split(line)[1:]
+        args = _made_repository(shlex.split(line)[1:], readme, tmp_path)
         assert specwatch(factory, *args).exit_code == 0, line
     [vllm] = [t for t in json.loads(specwatch(factory, "targets", "list", "--json").stdout) if t["name"] == "vllm"]
     assert vllm["branches"] == ["main"]
