@@ -47,7 +47,7 @@ def history(
     ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="the target's name")],
     *,
-    branch: Annotated[str | None, typer.Option(help="default: the target's first watched branch")] = None,
+    branch: Annotated[str | None, typer.Option(help="default: the first watched branch; (releases) for a pip target")] = None,
     case: Annotated[str | None, typer.Option("--case", help="a case id glob: one line per commit and matching case")] = None,
     limit: Annotated[int, typer.Option(help="the newest commits to show", min=1, max=500)] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,

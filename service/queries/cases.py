@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.history import on_branch
 from service.models import CaseResult, Commit, Run, Verdict
-from service.queries.common import MAX_HISTORY, NotFoundError, QueryError, branch_of, get_target
+from service.queries.common import MAX_HISTORY, NotFoundError, QueryError, branch_of, get_target, on_history
 from service.queries.findings import FindingLink, commit_version, finding_matcher
 
 
@@ -51,7 +50,7 @@ def case_history(session: Session, target_name: str, case_id: str, *, branch: st
     # ``limit``, not the length of the whole history.
     newest = (
         select(Commit.id)
-        .where(Commit.target_id == target.id, on_branch(branch))
+        .where(Commit.target_id == target.id, on_history(branch))
         .order_by(Commit.branch_order.desc())
         .limit(limit)
         .subquery()
@@ -108,7 +107,7 @@ def case_ids(session: Session, target_name: str, *, branch: str | None = None) -
     run_id = session.scalar(
         select(Run.id)
         .join(Run.commit)
-        .where(Commit.target_id == target.id, on_branch(branch_of(target, branch)))
+        .where(Commit.target_id == target.id, on_history(branch_of(target, branch)))
         .where(select(CaseResult.id).where(CaseResult.run_id == Run.id).exists())
         .order_by(Commit.branch_order.desc(), Run.id.desc())
         .limit(1)

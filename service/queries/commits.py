@@ -10,9 +10,8 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.history import on_branch
 from service.models import CaseResult, Commit, RunStatus, Verdict
-from service.queries.common import MAX_PAGE, NotFoundError, QueryError, branch_of, get_target, latest_runs
+from service.queries.common import MAX_PAGE, NotFoundError, QueryError, branch_of, get_target, history_branches, latest_runs, on_history
 from service.queries.findings import FindingLink, commit_version, finding_matcher
 
 
@@ -73,12 +72,12 @@ def commits_page(
     before = parse_cursor(cursor)
     target = get_target(session, target_name)
     branch = branch_of(target, branch)
-    query = select(Commit).where(Commit.target_id == target.id, on_branch(branch))
+    query = select(Commit).where(Commit.target_id == target.id, on_history(branch))
     if before is not None:
         query = query.where(Commit.branch_order < before)
     # One more than the page: whether there is a next page, and the predecessor of the page's oldest commit.
     commits = list(session.scalars(query.order_by(Commit.branch_order.desc()).limit(limit + 1)))
-    if before is None and not commits and branch not in target.branches:
+    if before is None and not commits and branch not in history_branches(target):
         raise NotFoundError(f"target {target.name!r} has no branch {branch!r}")
     runs = latest_runs(session, [c.id for c in commits])
     failed_cases = _failed_cases(session, [run.id for run in runs.values()])

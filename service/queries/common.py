@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from service.models import Run, Target
+from service.history import on_branch
+from service.models import RELEASES_BRANCH, InstallMode, Run, Target
 
 MAX_PAGE = 500
 MAX_HISTORY = 5000
@@ -38,9 +39,22 @@ def latest_runs(session: Session, commit_ids: Sequence[int]) -> dict[int, Run]:
     return {run.commit_id: run for run in runs}
 
 
+def history_branches(target: Target) -> list[str]:
+    """The histories a target has: its watched branches, after :data:`RELEASES_BRANCH` (its releases, commits on no
+    branch) for a target installed from the package index, whose releases are what it watches."""
+    return [RELEASES_BRANCH, *target.branches] if target.install_mode is InstallMode.pip else list(target.branches)
+
+
 def branch_of(target: Target, branch: str | None) -> str:
+    """The history a query reads: ``branch`` as asked, else the target's first (:func:`history_branches`)."""
     if branch is None:
-        if not target.branches:
+        histories = history_branches(target)
+        if not histories:
             raise NotFoundError(f"target {target.name!r} watches no branch")
-        return target.branches[0]
+        return histories[0]
     return branch
+
+
+def on_history(branch: str) -> ColumnElement[bool]:
+    """The commits of ``branch``, :data:`RELEASES_BRANCH` naming the release commits."""
+    return on_branch(None if branch == RELEASES_BRANCH else branch)

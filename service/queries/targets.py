@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.history import on_branch
 from service.models import Commit, Run, RunStatus, Target
-from service.queries.common import latest_runs
+from service.queries.common import history_branches, latest_runs, on_history
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,11 @@ def targets_overview(session: Session) -> list[TargetSummary]:
     summaries = []
     for target in session.scalars(select(Target).order_by(Target.name)):
         heads = []
-        for branch in target.branches:
+        for branch in history_branches(target):
             head = session.scalars(
-                select(Commit).where(Commit.target_id == target.id, on_branch(branch)).order_by(Commit.branch_order.desc()).limit(1)
+                select(Commit).where(Commit.target_id == target.id, on_history(branch)).order_by(Commit.branch_order.desc()).limit(1)
             ).first()
-            count = session.scalar(select(func.count()).select_from(Commit).where(Commit.target_id == target.id, on_branch(branch)))
+            count = session.scalar(select(func.count()).select_from(Commit).where(Commit.target_id == target.id, on_history(branch)))
             run = latest_runs(session, [head.id]).get(head.id) if head else None
             heads.append(
                 BranchHead(

@@ -43,7 +43,7 @@ def get_overview(session: SessionDep) -> list[TargetSummary]:
 def get_commits(
     name: str,
     session: SessionDep,
-    branch: Annotated[str | None, Query(description="default: the target's first watched branch")] = None,
+    branch: Annotated[str | None, Query(description="default: the first watched branch; (releases) for a pip target")] = None,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> CommitPage:
@@ -59,7 +59,7 @@ def get_case_history(
     name: str,
     case_id: str,
     session: SessionDep,
-    branch: Annotated[str | None, Query(description="default: the target's first watched branch")] = None,
+    branch: Annotated[str | None, Query(description="default: the first watched branch; (releases) for a pip target")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY, description="the newest commits to include")] = 1000,
 ) -> CaseHistory:
     """One case over a branch's commits, oldest first, ready to plot: verdict, log e-value and threshold,

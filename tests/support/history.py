@@ -37,7 +37,7 @@ class Seeded:
     resolved_alert: int = 0  # a resolved performance alert at commit 2
 
 
-def _result(run: Run, case_id: str, order: int, *, failing: bool) -> CaseResult:
+def case_result(run: Run, case_id: str, order: int, *, failing: bool) -> CaseResult:
     log_e = math.log(THRESHOLD) + 8.0 if failing else -1.0 + 0.1 * order
     return CaseResult(
         run=run,
@@ -94,7 +94,7 @@ def seed_history(session: Session) -> Seeded:
         session.add(run)
         if status is not RunStatus.queued:
             for case_id in CASES:
-                session.add(_result(run, case_id, order, failing=failing and case_id == FAILING_CASE))
+                session.add(case_result(run, case_id, order, failing=failing and case_id == FAILING_CASE))
         session.flush()
         seeded.runs[order] = run.id
     commit_ids = {c.branch_order: c.id for c in target.commits}

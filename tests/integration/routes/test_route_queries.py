@@ -13,8 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.auth import hash_token
+from service.models import RELEASES_BRANCH, Commit, InstallMode, Run, RunStatus, Target
+from service.releases import release_sha
 from service.settings import Settings
-from tests.support.history import CASES, FAILING_CASE, FIRST_FAILING, TARGET, Seeded, seed_history
+from tests.support.history import CASES, FAILING_CASE, FIRST_FAILING, TARGET, Seeded, case_result, seed_history
 from tests.support.redis_databases import redis_url
 
 pytestmark = pytest.mark.integration
@@ -191,6 +193,50 @@ def test_case_history_limit_keeps_the_newest(client: TestClient) -> None:
 def test_case_history_404s(client: TestClient) -> None:
     assert client.get(f"/targets/{TARGET}/cases/no/such/case/history").status_code == 404
     assert client.get(f"/targets/nope/cases/{FAILING_CASE}/history").status_code == 404
+
+
+def seed_releases(session: Session) -> None:
+    """A target installed from the package index with three releases (commits on no branch), 1.1 failing."""
+    target = Target(
+        name="toy-pip",
+        repo_url="https://github.com/octo-org/toy",
+        adapter="toy_lib.sampler:speculative_sample",
+        install_mode=InstallMode.pip,
+    )
+    session.add(target)
+    session.flush()
+    for order, version in enumerate(("1.0", "1.1", "1.2"), start=1):
+        commit = Commit(target=target, sha=release_sha(version), branch=None, branch_order=order, message=f"toy-lib {version}")
+        failing = version == "1.1"
+        run = Run(commit=commit, profile="default", status=RunStatus.failed if failing else RunStatus.passed, library_version=version)
+        session.add_all([commit, run])
+        session.add(case_result(run, FAILING_CASE, order, failing=failing))
+    session.flush()
+
+
+def test_a_pip_targets_releases_are_its_history(make_client: Callable[..., TestClient], rolled_back_factory: sessionmaker[Session]) -> None:
+    """Release commits are on no branch: the commits page, the case history and the overview read them as the
+    target's ``(releases)`` history, the default for a target installed from the package index."""
+    with rolled_back_factory() as session:
+        seed_releases(session)
+        session.commit()
+    client = make_client()
+    page = client.get("/targets/toy-pip/commits").json()
+    assert page["branch"] == RELEASES_BRANCH
+    assert [(c["sha"], c["status"]) for c in page["commits"]] == [
+        ("release:1.2", "passed"),
+        ("release:1.1", "failed"),
+        ("release:1.0", "passed"),
+    ]
+    assert client.get("/targets/toy-pip/commits", params={"branch": RELEASES_BRANCH}).json()["commits"] == page["commits"]
+    history = client.get(f"/targets/toy-pip/cases/{FAILING_CASE}/history").json()
+    assert [(p["sha"], p["verdict"]) for p in history["points"]] == [
+        ("release:1.0", "pass"),
+        ("release:1.1", "fail"),
+        ("release:1.2", "pass"),
+    ]
+    (toy,) = [t for t in client.get("/overview").json() if t["name"] == "toy-pip"]
+    assert [(b["branch"], b["sha"], b["commits"]) for b in toy["branches"]] == [(RELEASES_BRANCH, "release:1.2", 3)]
 
 
 # --- compare -----------------------------------------------------------------------------------------------
