@@ -12,7 +12,9 @@
   and every token of a horizon against its conditional law), :func:`e2e_draws` (a seed per request and the PIT's
   uniforms), :func:`joint_cell` and :func:`conditional_pit`; :func:`rounds_coverage`, drafts and accepted drafts per
   verification round as a path reports them; :class:`ForwardExperiment`, the engine's forward against the float64
-  reference (the models themselves: :mod:`specwatch.targets.tiny`).
+  reference (the models themselves: :mod:`specwatch.targets.tiny`); :class:`GreedyEquivalence`, a path at temperature 0
+  against greedy decoding of the reference, token for token; :func:`library_call`, a call into the library whose
+  exception is a finding (:class:`TargetRaised`) unless it is the path's own refusal.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, TypeVar
 
 import numpy as np
 import torch
@@ -29,9 +31,9 @@ from numpy.typing import NDArray
 
 from specwatch.cases import Case
 from specwatch.conditional import PIT_BINS, TokenOrder, conditional_batch, pit_null
-from specwatch.experiments import CheckSpec, Coverage, Observation, Violation
+from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer, LibraryIdentity
-from specwatch.sampling import Sampler, SpecOutput, SpecStep
+from specwatch.sampling import Sampler, SpecOutput, SpecStep, TargetRaised
 from specwatch.targets import TargetError
 
 
@@ -256,3 +258,76 @@ class ForwardExperiment(LibraryExperiment):
                 message = f"tokens {tokens}: {self.engine}'s logits differ from the reference by {difference:.3g}"
                 violations.append(Violation(Layer.LOSSLESS, message))
         return Observation({}, tuple(violations), 0, np.asarray([worst > self.tolerance], dtype=np.int64).tobytes())
+
+
+T = TypeVar("T")
+
+#: Below this top-2 logit gap of the float64 reference, float32 noise could flip an argmax: the prompt is undecidable.
+GREEDY_GAP = 1e-3
+
+
+def library_call(call: Callable[[], T], refusal: type[Exception]) -> T:
+    """``call()``, an exception from the library on a valid request raised as :class:`TargetRaised` (a finding), the
+    path's own ``refusal`` (it cannot run this request: a configuration error, not a finding) as it is."""
+    try:
+        return call()
+    except refusal:
+        raise
+    except Exception as exc:  # the library raised on a valid request: a finding
+        raise TargetRaised(exc) from exc
+
+
+class Emitted(Rounds, Protocol):
+    """A call's trial as the greedy check reads it: the tokens it emitted and its rounds."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+
+class GreedyEquivalence(LibraryExperiment):
+    """Temperature 0: the path's output equals greedy decoding of the float64 reference, token for token, on random
+    prompts (``prompts`` of them; one whose reference meets a top-2 gap under :data:`GREEDY_GAP` is left out). The
+    first prompt that differs is the violation, named with both outputs. A subclass draws a prompt (``prompt``), gives
+    the reference (``reference``) and calls its path (``call``, library errors as :func:`library_call` raises them);
+    ``finish`` may refuse the calls as a whole (a path that never speculated). Coverage is recorded when the subclass
+    sets a ``coverage_design``."""
+
+    prompts = 48
+    probe_trials = 8
+    coverage_design: CoverageDesign | None = None
+    #: How the path is named in a violation: "greedy [..] != <label> [..]".
+    label = "speculative"
+
+    @property
+    def fixed_trials(self) -> int:
+        return self.prompts
+
+    def prompt(self, generator: torch.Generator) -> list[int]:
+        raise NotImplementedError
+
+    def reference(self, prompt: list[int]) -> tuple[list[int], float]:
+        raise NotImplementedError
+
+    def call(self, prompt: list[int]) -> Emitted:
+        raise NotImplementedError
+
+    def finish(self, trials: Sequence[Emitted]) -> None:
+        """Refuse the calls as a whole (raise), or accept them; by default accept."""
+
+    def run(self, n: int, generator: torch.Generator) -> Observation:
+        violations: list[Violation] = []
+        sample: list[int] = []
+        trials: list[Emitted] = []
+        for _ in range(n):
+            prompt = self.prompt(generator)
+            expected, gap = self.reference(prompt)
+            if gap < GREEDY_GAP:
+                continue  # float noise could flip an argmax: undecidable, left out
+            trials.append(self.call(prompt))
+            got = list(trials[-1].tokens)
+            sample += got
+            if got != expected and not violations:
+                violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != {self.label} {got}"))
+        self.finish(trials)
+        coverage = rounds_coverage(trials) if self.coverage_design is not None else None
+        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)

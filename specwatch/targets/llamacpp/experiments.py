@@ -26,8 +26,17 @@ import torch
 from specwatch.conditional import FLOAT32_MARGIN, TokenOrder
 from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
-from specwatch.sampling import TargetRaised
-from specwatch.targets.base import LibraryExperiment, conditional_pit, e2e_checks, e2e_draws, joint_cell, pit_check, rounds_coverage
+from specwatch.targets.base import (
+    GreedyEquivalence,
+    LibraryExperiment,
+    conditional_pit,
+    e2e_checks,
+    e2e_draws,
+    joint_cell,
+    library_call,
+    pit_check,
+    rounds_coverage,
+)
 from specwatch.targets.llamacpp.chain import ChainFixtureError, LlamaChain
 from specwatch.targets.llamacpp.models import VOCAB, conditional_logits, next_token_logits, tokens_of
 from specwatch.targets.llamacpp.paths import PathError, Trial, greedy_reference
@@ -76,12 +85,7 @@ class GenerateExperiment(LibraryExperiment):
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds, pit_w = e2e_draws(n, self.horizon, generator)
-        try:
-            trials = self.path.run(PROMPT, self.chain, self.horizon, seeds)
-        except PathError:
-            raise
-        except Exception as exc:  # the library raised on a valid request: a finding
-            raise TargetRaised(exc) from exc
+        trials = library_call(lambda: self.path.run(PROMPT, self.chain, self.horizon, seeds), PathError)
         counts = np.zeros(len(self.law), dtype=np.int64)
         for trial in trials:
             new = trial.tokens
@@ -106,39 +110,22 @@ class GenerateExperiment(LibraryExperiment):
         return Observation(found, violations, 0, counts.tobytes(), coverage)
 
 
-class GreedyExperiment(LibraryExperiment):
-    """Temperature 0: the path's output equals plain greedy decoding of the float64 reference on random prompts.
-    Coverage as in the sampling cases (a prompt without a repeated n-gram gives prompt lookup nothing to draft)."""
+class GreedyExperiment(GreedyEquivalence):
+    """Temperature 0: the path's output equals plain greedy decoding of the float64 reference on random prompts of 3 to
+    8 tokens. Coverage as in the sampling cases (a prompt without a repeated n-gram gives prompt lookup nothing to draft)."""
 
-    prompts = 48
-    probe_trials = 8
     coverage_design = CoverageDesign(min_drafts=2, min_rounds=1)
 
     def __init__(self, path: Runs, *, banned: Sequence[int] = (), horizon: int = 8) -> None:
         self.path, self.banned, self.horizon = path, tuple(banned), horizon
 
-    @property
-    def fixed_trials(self) -> int:
-        return self.prompts
+    def prompt(self, generator: torch.Generator) -> list[int]:
+        length = int(torch.randint(3, 9, (1,), generator=generator))
+        return torch.randint(0, VOCAB - 1, (length,), generator=generator).tolist()
 
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        sample: list[int] = []
-        trials: list[Trial] = []
-        for _ in range(n):
-            length = int(torch.randint(3, 9, (1,), generator=generator))
-            prompt = torch.randint(0, VOCAB - 1, (length,), generator=generator).tolist()
-            expected, gap = greedy_reference(prompt, self.horizon, next_token_logits, banned=self.banned)
-            if gap < 1e-3:
-                continue  # float noise could flip an argmax: undecidable, left out
-            try:
-                trials += self.path.run(prompt, None, self.horizon, [0])
-            except PathError:
-                raise
-            except Exception as exc:
-                raise TargetRaised(exc) from exc
-            got = trials[-1].tokens
-            sample += got
-            if got != expected and not violations:
-                violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), rounds_coverage(trials))
+    def reference(self, prompt: list[int]) -> tuple[list[int], float]:
+        return greedy_reference(prompt, self.horizon, next_token_logits, banned=self.banned)
+
+    def call(self, prompt: list[int]) -> Trial:
+        (trial,) = library_call(lambda: self.path.run(prompt, None, self.horizon, [0]), PathError)
+        return trial

@@ -29,14 +29,15 @@ from specwatch.cases import Case
 from specwatch.conditional import FLOAT32_MARGIN, TokenOrder
 from specwatch.experiments import CheckSpec, CoverageDesign, Observation, Violation
 from specwatch.protocol import Layer
-from specwatch.sampling import TargetRaised
 from specwatch.targets.base import (
     ForwardExperiment,
+    GreedyEquivalence,
     LibraryExperiment,
     conditional_pit,
     e2e_checks,
     e2e_draws,
     joint_cell,
+    library_call,
     pit_check,
     rounds_coverage,
 )
@@ -138,12 +139,7 @@ class GenerateExperiment(LibraryExperiment):
 
     def run(self, n: int, generator: torch.Generator) -> Observation:
         seeds, pit_w = e2e_draws(n, self.horizon, generator)
-        try:
-            trials = self.path.run(self.prompt, self.sampling, self.horizon, seeds)
-        except PathError:
-            raise
-        except Exception as exc:  # the library raised on a valid request: a finding
-            raise TargetRaised(exc) from exc
+        trials = library_call(lambda: self.path.run(self.prompt, self.sampling, self.horizon, seeds), PathError)
         counts = np.zeros(len(self.law), dtype=np.int64)
         for trial in trials:
             new = trial.tokens
@@ -187,43 +183,24 @@ def greedy_reference(prompt: Sequence[int], horizon: int, processors: MlxSamplin
     return out, float(gap)
 
 
-class GreedyExperiment(LibraryExperiment):
+class GreedyExperiment(GreedyEquivalence):
     """Temperature 0: the path's output equals greedy decoding of the float64 reference (with ``processors``'
     penalties, when given) on random prompts of 1 to 8 tokens."""
-
-    prompts = 48
-    probe_trials = 8
 
     def __init__(self, path: Runs, *, processors: MlxSampling | None = None, horizon: int = 8, speculative: bool = True) -> None:
         self.path, self.processors, self.horizon = path, processors, horizon
         self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if speculative else None
 
-    @property
-    def fixed_trials(self) -> int:
-        return self.prompts
+    def prompt(self, generator: torch.Generator) -> list[int]:
+        length = int(torch.randint(1, 9, (1,), generator=generator))
+        return torch.randint(0, VOCAB, (length,), generator=generator).tolist()
 
-    def run(self, n: int, generator: torch.Generator) -> Observation:
-        violations: list[Violation] = []
-        sample: list[int] = []
-        trials: list[Trial] = []
-        for _ in range(n):
-            length = int(torch.randint(1, 9, (1,), generator=generator))
-            prompt = torch.randint(0, VOCAB, (length,), generator=generator).tolist()
-            expected, gap = greedy_reference(prompt, self.horizon, self.processors)
-            if gap < 1e-3:
-                continue  # float noise could flip an argmax: undecidable, left out
-            try:
-                trials += self.path.run(prompt, self.processors, self.horizon, [0], greedy=True)
-            except PathError:
-                raise
-            except Exception as exc:
-                raise TargetRaised(exc) from exc
-            got = trials[-1].tokens
-            sample += got
-            if got != expected and not violations:
-                violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != speculative {got}"))
-        coverage = rounds_coverage(trials) if self.coverage_design is not None else None
-        return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)
+    def reference(self, prompt: list[int]) -> tuple[list[int], float]:
+        return greedy_reference(prompt, self.horizon, self.processors)
+
+    def call(self, prompt: list[int]) -> Trial:
+        (trial,) = library_call(lambda: self.path.run(prompt, self.processors, self.horizon, [0], greedy=True), PathError)
+        return trial
 
 
 def first_token_cases(add: Any, no_draft: str | None) -> None:

@@ -3,22 +3,28 @@ end-to-end checks, draws and PIT counts as their end-to-end experiments computed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
 
 from specwatch.cases import select
 from specwatch.conditional import PIT_BINS, TokenOrder, conditional_batch
+from specwatch.experiments import CoverageDesign
 from specwatch.protocol import Layer
+from specwatch.sampling import TargetRaised
 from specwatch.targets import TargetError
 from specwatch.targets.base import (
     AdapterError,
+    GreedyEquivalence,
     LibraryExperiment,
     bind_keywords,
     conditional_pit,
     e2e_checks,
     e2e_draws,
     joint_cell,
+    library_call,
     pit_check,
     refusing_sampler,
     trial_seeds,
@@ -154,3 +160,73 @@ def test_conditional_pit_sums_each_trials_counts_and_reports_the_first_impossibl
     assert violations[0].layer == Layer.LOSSLESS
     assert violations[0].message.startswith(f"output {outputs[2]}: ")
     assert pit_check(TokenOrder.PROBABILITY) == "lossless/pit_prob"
+
+
+@dataclass(frozen=True)
+class Emitted:
+    tokens: list[int]
+    rounds: list[tuple[int, int]] | None
+
+
+class Refused(Exception):
+    pass
+
+
+class Doubling(GreedyEquivalence):
+    """A toy greedy check: the reference of a prompt is each token doubled mod 7, with gap 0 when the prompt starts
+    with 0 (undecidable); the path answers ``answer(prompt)``."""
+
+    coverage_design = CoverageDesign(min_drafts=2, min_rounds=1)
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def prompt(self, generator: torch.Generator) -> list[int]:
+        return torch.randint(0, 7, (3,), generator=generator).tolist()
+
+    def reference(self, prompt: list[int]) -> tuple[list[int], float]:
+        return [2 * t % 7 for t in prompt], 0.0 if prompt[0] == 0 else 1.0
+
+    def call(self, prompt: list[int]) -> Emitted:
+        return library_call(lambda: self.answer(prompt), Refused)  # type: ignore[operator]
+
+
+def test_greedy_equivalence_passes_the_reference_and_leaves_undecidable_prompts_out() -> None:
+    called: list[list[int]] = []
+
+    def exact(prompt: list[int]) -> Emitted:
+        called.append(prompt)
+        return Emitted([2 * t % 7 for t in prompt], [(2, 2), (1, 0)])
+
+    observation = Doubling(exact).run(40, torch.Generator().manual_seed(3))
+    assert observation.violations == ()
+    assert called
+    assert all(p[0] != 0 for p in called)
+    assert len(called) < 40
+    assert observation.coverage is not None
+    assert observation.coverage.full == len(called)
+    assert np.frombuffer(observation.sample, dtype=np.int64).size == 3 * len(called)
+
+
+def test_greedy_equivalence_names_the_first_prompt_that_differs() -> None:
+    def off_by_one(prompt: list[int]) -> Emitted:
+        return Emitted([(2 * t + (t == 3)) % 7 for t in prompt], None)
+
+    observation = Doubling(off_by_one).run(40, torch.Generator().manual_seed(3))
+    (violation,) = observation.violations
+    assert violation.layer is Layer.LOSSLESS
+    assert "!= speculative" in violation.message
+    assert violation.message.startswith("prompt [")
+
+
+def test_a_library_exception_is_a_finding_and_the_paths_refusal_is_not() -> None:
+    def crash(prompt: list[int]) -> Emitted:
+        raise RuntimeError("boom")
+
+    def refuse(prompt: list[int]) -> Emitted:
+        raise Refused("cannot run this request")
+
+    with pytest.raises(TargetRaised):
+        Doubling(crash).run(40, torch.Generator().manual_seed(3))
+    with pytest.raises(Refused):
+        Doubling(refuse).run(40, torch.Generator().manual_seed(3))
