@@ -115,7 +115,8 @@ def record_findings(ctx: Analysis, run: Run, cases: Mapping[str, CaseResult], an
             row.fixed_in = row.fixed_in or f"{_where(run)} (seen passing by specwatch)"
         row.updated_at = ctx.now
         analysis.findings_fixed.append(row.key)
-        ctx.report.notifications += queue_finding_fixed(session, ctx.config.notify, row, run, previous)
+        others = {case_id: elsewhere[case_id] for case_id in before[row.key] if case_id in elsewhere}
+        ctx.report.notifications += queue_finding_fixed(session, ctx.config.notify, row, run, previous, elsewhere=others)
         log.warning("finding_fixed target_id=%s key=%s commit=%s last_failing_run=%s", target_id, row.key, run.commit.sha, previous.id)
 
 

@@ -198,5 +198,10 @@ def test_a_finding_is_seen_fixed_while_its_other_case_fails_as_another_finding(
         analysis = session.get_one(Run, report.run_id).analysis or {}
         assert analysis["findings_fixed"] == ([STALE_CACHE] if seen_fixed else [])
         assert report.kind is None  # every failure known: no alert either way
+        fixed = [str(n.payload["blocks"]) for n in session.scalars(select(Notification).where(Notification.event == "finding-fixed"))]
+        assert len(fixed) == (1 if seen_fixed else 0)
+        if seen_fixed:  # said as it is: one case passes, the other fails as the other finding
+            assert f"{commits[2].sha[:12]}`> on main (run" in fixed[0]
+            assert f"except that `{B}` fails there as known finding `{OVERSHOOT}`" in fixed[0]
         finding = get_finding(session, name, STALE_CACHE)
         assert (finding.state, finding.fixed_commit) == ((FindingState.fixed, commits[2].sha) if seen_fixed else (FindingState.open, None))
