@@ -1,5 +1,6 @@
-"""Resolution: a later run whose cases all pass again resolves the open alerts of its branch; a run that installed
-its commit resolves the uninstallable alerts of that commit and the ones before it."""
+"""Resolution: each case of an open alert ends at the later commit where it passes again, or fails another way (as a
+known finding, or as another alert that supersedes its signature); the alert resolves when its last case has ended. A
+run that installed its commit resolves the uninstallable alerts of that commit and the ones before it."""
 
 from __future__ import annotations
 
