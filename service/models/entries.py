@@ -55,6 +55,10 @@ class TestedEntry(TypedDict):
     # first such commit known, by sha and branch position.
     fixed_sha: NotRequired[str]
     fixed_order: NotRequired[int]
+    # Set when the alert's failure of the case ended at ``fixed_sha`` although the case still fails there, another
+    # way: ``{"finding": key}`` (a known finding explains the new failure) or ``{"alert": id}`` (another alert
+    # carries it, superseding this entry's signature).
+    now_fails_as: NotRequired[dict[str, Any]]
     # Set once a rerun with fresh seeds confirmed it: which check (or "certain violation", or "counterexample
     # replayed") and the rerun's figures; ``replay``: the counterexample that came back with the first run's inputs.
     confirmed_by: NotRequired[str]
@@ -74,6 +78,7 @@ class RaisedEntry(TypedDict):
     supersedes: NotRequired[dict[str, Any]]
     fixed_sha: NotRequired[str]
     fixed_order: NotRequired[int]
+    now_fails_as: NotRequired[dict[str, Any]]
     confirmed_by: NotRequired[str]
     confirmation_log_e_value: NotRequired[float | None]
     confirmation_verdict: NotRequired[str]

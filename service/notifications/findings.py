@@ -7,6 +7,7 @@ link, a user's input) are made literal (:func:`service.notifications.text.mrkdwn
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -30,17 +31,23 @@ def _commit_text(run: Run) -> str:
     return f"<{link}|`{sha}`>" if link else f"`{sha}`"
 
 
-def finding_fixed_message(finding: KnownFinding, run: Run, previous: Run, dashboard_url: str) -> dict[str, Any]:
-    """Block Kit: ``finding`` no longer fails at ``run``'s commit; ``previous``, the last tested run, still failed it."""
+def finding_fixed_message(
+    finding: KnownFinding, run: Run, previous: Run, dashboard_url: str, elsewhere: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Block Kit: ``finding`` no longer fails at ``run``'s commit; ``previous``, the last tested run, still failed it;
+    ``elsewhere``: its cases that fail at ``run``'s commit as other known findings (case -> that finding's key)."""
     target = run.commit.target
     base = dashboard_url.rstrip("/")
     page = f"{base}/ui/targets/{quote(target.name, safe='')}/findings#finding-{quote(finding.key, safe='')}"
     header = cut(f"Known finding fixed in {target.name}", MAX_HEADER_TEXT)
     branch = run.commit.branch or "releases"
     now_run, then_run = f"<{base}/ui/runs/{run.id}|{run.id}>", f"<{base}/ui/runs/{previous.id}|{previous.id}>"
+    others = "".join(
+        f", `{mrkdwn(case, 200)}` fails there as known finding `{mrkdwn(key, 200)}`" for case, key in sorted((elsewhere or {}).items())
+    )
     what = (
         f"*<{page}|{mrkdwn(finding.title)}>* stopped failing: its cases pass at {_commit_text(run)} on {mrkdwn(branch, 200)} "
-        f"(run {now_run}); they failed at {_commit_text(previous)} (run {then_run})."
+        f"(run {now_run}){' except that' + others[1:] if others else ''}; they failed at {_commit_text(previous)} (run {then_run})."
     )
     then = "From this commit on a failure of its cases is alerted as a regression of the finding."
     blocks = [
@@ -53,8 +60,11 @@ def finding_fixed_message(finding: KnownFinding, run: Run, previous: Run, dashbo
     return {"text": text, "blocks": blocks}
 
 
-def queue_finding_fixed(session: Session, config: NotifyConfig, finding: KnownFinding, run: Run, previous: Run) -> int:
-    """An outbox row for Slack: ``finding`` seen fixed at ``run``'s commit; 0 when Slack is not configured."""
+def queue_finding_fixed(
+    session: Session, config: NotifyConfig, finding: KnownFinding, run: Run, previous: Run, *, elsewhere: Mapping[str, str] | None = None
+) -> int:
+    """An outbox row for Slack: ``finding`` seen fixed at ``run``'s commit (``elsewhere``: its cases failing there as
+    other known findings); 0 when Slack is not configured."""
     if not config.slack:
         return 0
     row = Notification(
@@ -62,7 +72,7 @@ def queue_finding_fixed(session: Session, config: NotifyConfig, finding: KnownFi
         run_id=run.id,
         channel=NotificationChannel.slack,
         event="finding-fixed",
-        payload=finding_fixed_message(finding, run, previous, config.dashboard_url),
+        payload=finding_fixed_message(finding, run, previous, config.dashboard_url, elsewhere),
         status=NotificationStatus.pending,
     )
     return add_notification(session, row)

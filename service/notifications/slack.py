@@ -182,7 +182,9 @@ def slack_message(
         {"type": "section", "text": _md(first_bad[:MAX_SECTION_TEXT])},
     ]
     if event == "resolved":
-        blocks.append({"type": "section", "text": _md("The previously failing cases pass again on a later commit.")})
+        ended = any(isinstance(e.get("now_fails_as"), dict) for e in alert_entries(alert.cases))
+        note = "Each previously failing case passes again, or fails another way, on a later commit." if ended else ""
+        blocks.append({"type": "section", "text": _md(note or "The previously failing cases pass again on a later commit.")})
         blocks.extend(_sections(_fixed_lines(alert), MAX_BLOCKS - 6))
     elif event == "fix-located":
         note = "A first-good-commit search over the commits that were not tested found where these cases pass again first."
@@ -218,8 +220,18 @@ def _fixed_lines(alert: Alert, cases: Collection[str] | None = None) -> list[str
     for entry in alert_entries(alert.cases):
         sha = entry.get("fixed_sha")
         if isinstance(sha, str) and (cases is None or entry["case_id"] in cases):
-            lines.append(f"`{mrkdwn(entry['case_id'], 200)}` fixed at `{mrkdwn(sha[:12])}`")
+            lines.append(f"`{mrkdwn(entry['case_id'], 200)}` fixed at `{mrkdwn(sha[:12])}`{_now_fails(entry)}")
     return lines
+
+
+def _now_fails(entry: AlertEntry) -> str:
+    """What a case whose failure ended at its ``fixed_sha`` fails as there instead (empty: it passes there)."""
+    now = entry.get("now_fails_as")
+    if not isinstance(now, dict):
+        return ""
+    if "finding" in now:
+        return f"; it now fails as known finding `{mrkdwn(str(now['finding']), 200)}`"
+    return f"; it now fails another way, alerted as alert {mrkdwn(str(now.get('alert')), 20)}"
 
 
 def queue_alert_message(session: Session, config: NotifyConfig, alert: Alert, event: str, *, about: Sequence[str] = ()) -> int:

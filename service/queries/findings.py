@@ -170,13 +170,44 @@ class FindingMatcher:
         branch: str | None = None,
         branch_order: int | None = None,
     ) -> FindingLink | None:
+        found = self._first(
+            self._findings, case_id=case_id, version=version, distribution=distribution, branch=branch, branch_order=branch_order
+        )
+        return None if found is None else _link(found)
+
+    def applies(
+        self,
+        key: str,
+        case_id: str,
+        *,
+        version: str | None,
+        distribution: str | None,
+        branch: str | None = None,
+        branch_order: int | None = None,
+    ) -> bool:
+        """Whether finding ``key`` covers ``case_id`` at this commit, whether or not another one comes first there."""
+        mine = [f for f in self._findings if f.key == key]
+        return (
+            self._first(mine, case_id=case_id, version=version, distribution=distribution, branch=branch, branch_order=branch_order)
+            is not None
+        )
+
+    def _first(
+        self,
+        findings: Sequence[Finding],
+        *,
+        case_id: str,
+        version: str | None,
+        distribution: str | None,
+        branch: str | None,
+        branch_order: int | None,
+    ) -> Finding | None:
         in_range = {
             key: branch == first_branch and branch_order is not None and start <= branch_order and (end is None or branch_order <= end)
             for key, (first_branch, start, end) in self._ranges.items()
         }
-        applying = [f for f in self._findings if not self._seen_fixed(f.key, branch, branch_order)]
-        found = first_match(applying, case_id, version=version, distribution=distribution, in_range=in_range)
-        return None if found is None else _link(found)
+        applying = [f for f in findings if not self._seen_fixed(f.key, branch, branch_order)]
+        return first_match(applying, case_id, version=version, distribution=distribution, in_range=in_range)
 
     def match_all(
         self,

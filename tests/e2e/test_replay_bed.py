@@ -6,7 +6,8 @@ The library is our toy sampler, released four times on a local package index as 
 1.1 the swapped residual (a statistical violation of losslessness), 1.2 another bug in the same cases (every emitted
 token past the vocabulary: a certain violation), 1.3 correct again. What the monitor must say: an alert at 1.1; a new
 alert at 1.2 for cases already failing, because they fail otherwise (its search stays where they were failing, so it
-names 1.2, not 1.1); both alerts' cases fixed at 1.3, each alert resolved there.
+names 1.2, not 1.1), which ends the first alert's failure there (its cases fixed at 1.2, now failing as the second
+alert; the first alert resolved at 1.2); the second alert's cases fixed at 1.3, and it resolved there.
 """
 
 from __future__ import annotations
@@ -130,12 +131,15 @@ def test_a_replayed_history_alerts_each_regression_at_its_release_and_reports_ea
     assert {(e["signature"]["evidence"], e["supersedes"]["evidence"], e["confirmed_by"]) for e in second.cases} == {
         ("certain", "statistical", "counterexample replayed")
     }
-    # 1.3 fixes both: every case fixed there, both alerts resolved there (fixed_sha, resolved_sha in the API).
-    for alert in (first, second):
-        assert (alert.state, alert.resolved_by_commit_id) == (AlertState.resolved, ids[versions["1.3"]])
-        assert {e["fixed_sha"] for e in alert.cases} == {versions["1.3"]}
+    # The 1.1 failure ended at 1.2, where its cases began failing otherwise: each of them fixed there, "now failing" as
+    # the second alert, and the first alert resolved there. 1.3 fixes the second: its cases fixed, it resolves there.
+    assert (first.state, first.resolved_by_commit_id) == (AlertState.resolved, ids[versions["1.2"]])
+    assert {(e["fixed_sha"], e["now_fails_as"]["alert"]) for e in first.cases} == {(versions["1.2"], second.id)}
+    assert (second.state, second.resolved_by_commit_id) == (AlertState.resolved, ids[versions["1.3"]])
+    assert {e["fixed_sha"] for e in second.cases} == {versions["1.3"]}
+    assert all("now_fails_as" not in e for e in second.cases)
     assert sorted((a["id"], a["resolved_sha"], sorted({c["fixed_sha"] for c in a["cases"]})) for a in api) == [
-        (first.id, versions["1.3"], [versions["1.3"]]),
+        (first.id, versions["1.2"], [versions["1.2"]]),
         (second.id, versions["1.3"], [versions["1.3"]]),
     ]
     for alert in (first, second):
@@ -143,4 +147,4 @@ def test_a_replayed_history_alerts_each_regression_at_its_release_and_reports_ea
         print(
             f"alert {alert.id}: {[e['case_id'] for e in alert.cases]} {signatures} confirmed by {[e['confirmed_by'] for e in alert.cases]}"
         )
-    print(f"replay bed: 4 releases, runs {report}, alerts at 1.1 and 1.2, both resolved at 1.3, {elapsed:.0f} s under serve")
+    print(f"replay bed: 4 releases, runs {report}, alerts at 1.1 (resolved at 1.2) and 1.2 (resolved at 1.3), {elapsed:.0f} s under serve")

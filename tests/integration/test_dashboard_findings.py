@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.app import create_app
 from service.findings import add_finding
-from service.models import Run
+from service.models import Alert, Run
 from service.settings import Settings
 from tests.support.history import FAILING_CASE, TARGET, Seeded, seed_history
 
@@ -142,3 +142,16 @@ def test_a_document_link_is_shown_not_followed(client: TestClient, rolled_back_f
     page = client.get(f"/ui/targets/{TARGET}/findings").text
     assert "<code>docs/findings.md#toy</code>" in page
     assert 'href="docs/findings.md' not in page
+
+
+def test_an_alerts_case_that_now_fails_as_a_finding_says_so(client: TestClient, rolled_back_factory: sessionmaker[Session]) -> None:
+    """A case whose alert's failure ended while it fails as a known finding: "fixed at", then the finding linked."""
+    seeded = seed(rolled_back_factory, **FINDING)
+    with rolled_back_factory() as session:
+        alert = session.get_one(Alert, seeded.open_alert)
+        alert.cases = [dict(e, fixed_sha=seeded.shas[5], fixed_order=5, now_fails_as={"finding": "toy-residual"}) for e in alert.cases]
+        session.commit()
+    page = client.get(f"/ui/alerts/{seeded.open_alert}").text
+    (cases,) = re.findall(r'<ul id="alert-cases">(.*?)</ul>', page)
+    assert f'fixed at <span class="sha">{seeded.shas[5][:12]}</span></span>; it now fails as known finding' in cases
+    assert f'<a class="finding" {FINDING_HREF}>toy-residual</a>' in cases

@@ -19,7 +19,7 @@ from service.models import Alert, AlertKind, AlertState, Commit, Run, Target
 from service.models.entries import AlertEntry, alert_entries
 from service.notifications.slack import queue_alert_message
 from workers.analysis.context import Analysis
-from workers.analysis.resolution import catch_up_fixes
+from workers.analysis.resolution import catch_up_fixes, end_superseded
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ def open_alert(
         report.notifications += queue_alert_message(session, ctx.config.notify, alert, "opened")
         log.warning("alert_opened alert_id=%s kind=%s target=%s first_bad=%s", alert_id, kind.value, target.name, first_bad.sha)
         catch_up_fixes(ctx, alert)  # later commits analysed before it opened
+        end_superseded(ctx, alert, detected)  # the failures it replaces end where it begins
         return
     existing = session.scalars(
         select(Alert)
@@ -96,6 +97,7 @@ def open_alert(
     new = [e for e in entries if e["case_id"] not in known]
     if new:
         existing.cases = [*alert_entries(existing.cases), *new]
+        end_superseded(ctx, existing, detected)
     if existing.state is AlertState.resolved:
         reopen(ctx, existing, detected)
     elif new:

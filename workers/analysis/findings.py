@@ -7,10 +7,20 @@ The policy (``docs/findings.md``, "Known findings in the monitor"):
    *known*: it is set aside like a case an open alert names (no confirmation, no alert, no Slack message). The run
    still fails: its commit status says so ("known findings only"), the timeline shows the commit as known-only,
    and the finding's page names its latest failing run (``known_findings.last_failed_run_id``).
-2. A finding **stops failing** when a primary run passes every case that it explained failing on the previous
-   tested run (same branch and profile, :func:`service.history.previous_tested_run`): it is *seen fixed* at this
-   commit (``fixed_commit_id``; an open finding becomes fixed, ``fixed_in`` naming the commit unless it said
-   where already), and Slack says "fixed in <commit>" (:func:`service.notifications.findings.queue_finding_fixed`).
+2. A finding **stops failing** when a primary run explains nothing by it and, of the cases that it explained
+   failing on the previous tested run (same branch and profile, :func:`service.history.previous_tested_run`), at
+   least one passes and each other one fails explained by *another* known finding that it does not cover itself
+   here (its versions or commits end before this one): it is *seen fixed* at this commit (``fixed_commit_id``; an
+   open finding becomes fixed, ``fixed_in`` naming the commit unless it said where already), and Slack says "fixed
+   in <commit>" (:func:`service.notifications.findings.queue_finding_fixed`). A case missing, skipped or in error
+   says nothing. The catalogue's attribution is trusted for the case failing under another finding because that
+   is what the catalogue is for: each finding was reproduced on its own (a minimal script against the exact law,
+   the library's one-line fix) with the versions it affects, so where only the other one covers the case, the
+   failure there is the other mechanism's, and asking that case to pass would keep a fixed finding open for as
+   long as an unrelated bug lives in one of its cases (transformers' stale cache position, fixed in 4.41, beside
+   the prompt-lookup overshoot in the same greedy case until 5.14). If the attribution were wrong (the finding's
+   own bug still there under the other one), the case's failure outlives the other finding's fix and then alerts
+   as a regression of this one: the safe side, as below.
 3. From that commit on (on its branch, or among the releases) the finding no longer applies: a failure of its
    cases there is new, so it is confirmed, bisected between the passing commit and the failure, and alerted; the
    alert names it a regression of the finding (:meth:`~service.queries.findings.FindingMatcher.regression`), as
@@ -88,8 +98,14 @@ def record_findings(ctx: Analysis, run: Run, cases: Mapping[str, CaseResult], an
     previous = previous_tested_run(session, run.commit, run.profile)
     if previous is None:
         return
-    before = explained(finding_matcher(session, target_id), previous, load_cases(session, previous.id))
-    passing = {key for key, failed in before.items() if key not in analysis.findings and _all_pass(cases, failed)}
+    matcher = finding_matcher(session, target_id)
+    before = explained(matcher, previous, load_cases(session, previous.id))
+    elsewhere = {case_id: key for key, case_ids in analysis.findings.items() for case_id in case_ids}
+    passing = {
+        key
+        for key, failed in before.items()
+        if key not in analysis.findings and _ended(matcher, run, key, cases=cases, failed=failed, elsewhere=elsewhere)
+    }
     for row in _locked(session, target_id, passing):
         if row.fixed_commit_id is not None:  # seen fixed already (a later analysis of an earlier commit, a rerun)
             continue
@@ -99,10 +115,29 @@ def record_findings(ctx: Analysis, run: Run, cases: Mapping[str, CaseResult], an
             row.fixed_in = row.fixed_in or f"{_where(run)} (seen passing by specwatch)"
         row.updated_at = ctx.now
         analysis.findings_fixed.append(row.key)
-        ctx.report.notifications += queue_finding_fixed(session, ctx.config.notify, row, run, previous)
+        others = {case_id: elsewhere[case_id] for case_id in before[row.key] if case_id in elsewhere}
+        ctx.report.notifications += queue_finding_fixed(session, ctx.config.notify, row, run, previous, elsewhere=others)
         log.warning("finding_fixed target_id=%s key=%s commit=%s last_failing_run=%s", target_id, row.key, run.commit.sha, previous.id)
 
 
-def _all_pass(cases: Mapping[str, CaseResult], case_ids: Collection[str]) -> bool:
-    """Every case passes here (a case missing, skipped or in error says nothing about a fix)."""
-    return bool(case_ids) and all(case_id in cases and cases[case_id].verdict is Verdict.PASS for case_id in case_ids)
+def _ended(
+    matcher: FindingMatcher, run: Run, key: str, *, cases: Mapping[str, CaseResult], failed: Collection[str], elsewhere: Mapping[str, str]
+) -> bool:
+    """Has finding ``key``'s failure of ``failed`` (its cases failing on the previous tested run) ended in ``run``?
+    Yes when at least one of them passes and each other one fails explained by another known finding
+    (``elsewhere``: case -> the finding that explains its failure here) that ``key`` itself does not cover here;
+    a case missing, skipped or in error says nothing about a fix."""
+    commit = run.commit
+    version = commit_version(commit.sha, run.library_version)
+
+    def ended(case_id: str) -> bool:
+        case = cases.get(case_id)
+        if case is None or case.verdict is not Verdict.FAIL:
+            return case is not None and case.verdict is Verdict.PASS
+        if elsewhere.get(case_id, key) == key:
+            return False
+        distribution, branch, order = run.library_distribution, commit.branch, commit.branch_order
+        return not matcher.applies(key, case_id, version=version, distribution=distribution, branch=branch, branch_order=order)
+
+    passes = [c for c in failed if c in cases and cases[c].verdict is Verdict.PASS]
+    return bool(passes) and all(ended(c) for c in failed)

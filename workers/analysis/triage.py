@@ -113,12 +113,18 @@ FAILURE_KINDS = (AlertKind.violation, AlertKind.exception, AlertKind.performance
 
 def signatures_of(alerts: Iterable[Alert]) -> dict[tuple[str, str], list[Signature | None]]:
     """The (case, reason) pairs of ``alerts`` with the signatures their entries recorded (None: an entry written
-    before signatures, which any signature matches)."""
+    before signatures, which any signature matches), and the signature each entry supersedes: the alert that
+    replaced a failure stands for it while it is open (the superseded alert's case ended where it began,
+    :func:`workers.analysis.resolution.end_superseded`), so the old signature coming back beside the new one in the
+    same case is not news."""
     known: dict[tuple[str, str], list[Signature | None]] = {}
     for alert in alerts:
         for e in alert_entries(alert.cases):
-            stored = e.get("signature")
-            known.setdefault((e["case_id"], e["reason"]), []).append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
+            stored, replaced = e.get("signature"), e.get("supersedes")
+            recorded = known.setdefault((e["case_id"], e["reason"]), [])
+            if isinstance(replaced, dict) and replaced.get("reason") == e["reason"]:
+                recorded.append(Signature.from_dict(replaced))
+            recorded.append(Signature.from_dict(stored) if isinstance(stored, dict) else None)
     return known
 
 

@@ -288,8 +288,12 @@ def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
         assert _bisect_at(session, report.queued, commits[2], **at_3) == []
 
         old, new = _alerts(session)
-        assert (old.first_bad_commit_id, old.state) == (commits[1].id, AlertState.open)
         assert (new.kind, new.first_bad_commit_id) == (AlertKind.violation, commits[first_bad - 1].id)
+        # The old failure ended where the new one began: its case is fixed there, failing as the new alert now.
+        assert old.first_bad_commit_id == commits[1].id
+        assert (old.state, old.resolved_by_commit_id) == (AlertState.resolved, commits[first_bad - 1].id)
+        (ended,) = old.cases
+        assert (ended.get("fixed_sha"), ended.get("now_fails_as")) == (commits[first_bad - 1].sha, {"alert": new.id})
         assert new.last_good_commit_id == commits[first_bad - 2].id  # failing the old way: good for this search
         (found,) = new.cases
         assert (found["signature"]["evidence"], found["signature"]["tv"], found["supersedes"]["evidence"]) == (
@@ -297,7 +301,7 @@ def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
             [0.40, 0.52],
             "certain",
         )
-        # Commit 5 fails either way: both signatures are known, nothing new.
+        # Commit 5 fails either way: both signatures are known (the old one as the one the open alert replaced).
         for signature in (CERTAIN, STATISTICAL, {"certain": False, "tv": (0.45, 0.6)}):
             assert analyse(session, _primary(session, commits[4], **signature), config=CONFIG, now=NOW).kind is None
 
@@ -455,8 +459,10 @@ def test_the_replayed_history_alerts_each_bug_at_its_commit_and_each_fix(backend
         assert (old.first_bad_commit_id, old.state, old.resolved_by_commit_id) == (commits[0].id, AlertState.resolved, commits[2].id)
         _confirm(session, second, **STATISTICAL)
         old, new = _alerts(session)
-        assert old.state is AlertState.resolved  # not reopened by the failure of another signature
         assert (new.first_bad_commit_id, new.last_good_commit_id) == (commits[1].id, commits[0].id)
+        # Not reopened by the failure of another signature: its failure ended where that one began (commit 2).
+        assert (old.state, old.resolved_by_commit_id) == (AlertState.resolved, commits[1].id)
+        assert [(e.get("fixed_sha"), e.get("now_fails_as")) for e in old.cases] == [(commits[1].sha, {"alert": new.id})]
         (found,) = new.cases
         assert (found["signature"]["evidence"], found["supersedes"]["evidence"], found["fixed_sha"]) == (
             "statistical",
