@@ -32,7 +32,7 @@ test: test-deps install lint
 # code paths and library mutants, the suite in real workers over several commits, the `specwatch check`
 # subprocesses, release installs and the sandbox probes.
 test-slow: test-deps install
-	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) -m "slow and not vllm and not sglang and not llamacpp and not openvino and not mlx"
+	SPECWATCH_TEST_FORBID_SKIPS=1 $(BIN)/pytest $(PYTEST_PARALLEL) --durations=15 -m "slow and not vllm and not sglang and not llamacpp and not openvino and not mlx"
 
 # Everything CI runs.
 test-all: test test-cold test-slow test-vllm test-sglang test-llamacpp test-mlx test-openvino test-compose
