@@ -48,10 +48,22 @@ def _process_settings(database_url: str | None) -> Settings:
     return settings
 
 
+def served_url(host: str, port: int) -> str:
+    """Where a browser on this machine reaches a service listening on ``host:port`` (all addresses: loopback)."""
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 -- naming the wildcard, not binding it
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(*, host: str, port: int, database_url: str | None = None) -> int:
-    """The embedded service on ``host:port`` until interrupted."""
+    """The embedded service on ``host:port`` until interrupted. Unless SPECWATCH_DASHBOARD_URL says where the
+    dashboard is, its links (Slack, commit statuses) point at this address and port (:func:`served_url`), not at the
+    default port; with ``port`` 0 (any free port) the default stays."""
     try:
         settings = _process_settings(database_url)
+        if "dashboard_url" not in settings.model_fields_set and port:
+            os.environ["SPECWATCH_DASHBOARD_URL"] = served_url(host, port)
+            settings = _process_settings(None)
     except ValidationError as exc:
         return _error(f"invalid settings: {exc}")
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)

@@ -5,18 +5,21 @@ Nothing here starts a worker or configures the process's Celery app (the e2e tes
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from service import db
 from service.cli import app
-from service.settings import Settings
+from service.settings import Settings, get_settings
 from workers import cli as workers_cli
 from workers.celery_app import celery_config
 from workers.embedded import EMBEDDED_BROKER_URL, EMBEDDED_QUEUES, embedded_config
-from workers.settings import WorkerSettings
+from workers.settings import WorkerSettings, get_worker_settings
 
 runner = CliRunner()
 
@@ -132,3 +135,38 @@ def test_the_embedded_worker_changes_only_the_broker_and_results() -> None:
     # workers.embedded_outbox.outbox_config, tested with the outbox thread).
     assert not {"task_queues", "task_routes", "task_annotations", "beat_schedule"} & set(config)
     assert set(EMBEDDED_QUEUES) == {queue.name for queue in production["task_queues"]}
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Settings]]:
+    """``workers.cli.serve`` up to the embedded service, which records the settings it was given; the variable serve
+    sets and the process's cached settings are undone afterwards."""
+    given: list[Settings] = []
+    monkeypatch.setattr(workers_cli.embedded, "serve", lambda settings, **_: given.append(settings))
+    monkeypatch.setenv("SPECWATCH_DATABASE_URL", f"sqlite:///{tmp_path / 'specwatch.db'}")
+    monkeypatch.setenv("SPECWATCH_DASHBOARD_URL", "unset below")  # recorded, so that teardown restores the original
+    monkeypatch.delenv("SPECWATCH_DASHBOARD_URL")
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    yield given
+    os.environ.pop("SPECWATCH_DASHBOARD_URL", None)
+    for cached in (get_settings, get_worker_settings, db.session_factory, db.get_engine):
+        cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "url"),
+    [("127.0.0.1", 8766, "http://127.0.0.1:8766"), ("0.0.0.0", 9000, "http://127.0.0.1:9000"), ("::1", 8000, "http://[::1]:8000")],
+)
+def test_serve_links_its_dashboard_at_the_address_it_serves(served: list[Settings], host: str, port: int, url: str) -> None:
+    """Slack messages and commit statuses of a serve on another port linked the default 127.0.0.1:8000."""
+    assert workers_cli.serve(host=host, port=port) == 0
+    assert [s.dashboard_url for s in served] == [url]
+
+
+def test_serve_keeps_a_configured_dashboard_url_and_the_default_for_any_port(
+    served: list[Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert workers_cli.serve(host="127.0.0.1", port=0) == 0
+    monkeypatch.setenv("SPECWATCH_DASHBOARD_URL", "https://specwatch.example")
+    assert workers_cli.serve(host="127.0.0.1", port=8766) == 0
+    assert [s.dashboard_url for s in served] == ["http://127.0.0.1:8000", "https://specwatch.example"]
