@@ -2,9 +2,10 @@
 (the control), against exact laws of the tiny IR models (the experiments: :mod:`.experiments`).
 
 Sampling cases (temperature > 0) per path: processing off, top-k, top-p, each penalty and all together; 1 and
-several assistant tokens, or the draft's confidence threshold instead; prefix caching on (GenAI's default) and off. Greedy cases (temperature 0) per speculative
-path against greedy decoding of the float64 reference, with and without a repetition penalty, prefix caching on and
-off. The IR's forward against the float64 reference. A path the release lacks is skipped with the reason.
+several assistant tokens, or the draft's confidence threshold instead; prefix caching on (GenAI's default) and off.
+Greedy cases (temperature 0) per speculative path against greedy decoding of the float64 reference, with and without
+a repetition penalty, prefix caching on and off. The IR's forward against the float64 reference. A path the release
+lacks is skipped with the reason.
 """
 
 from __future__ import annotations
