@@ -56,12 +56,14 @@ def pipeline(draft: bool, prefix_caching: bool) -> genai.LLMPipeline:
     return genai.LLMPipeline(str(models.target), "CPU", scheduler_config=scheduler, **DEVICE_CONFIG, **extra)
 
 
-def run(pipe: genai.LLMPipeline, calls: int, assistant: int) -> tuple[int, int, int, list[str]]:
+def run(pipe: genai.LLMPipeline, calls: int, assistant: int, confidence: float = 0.0) -> tuple[int, int, int, list[str]]:
     config = genai.GenerationConfig()
     config.max_new_tokens, config.ignore_eos, config.do_sample = 4, True, True
     config.temperature, config.top_k = 1.0, TOP_K
     if assistant:
         config.num_assistant_tokens = assistant
+    if confidence:
+        config.assistant_confidence_threshold = confidence
     outside = drafted = 0
     errors: list[str] = []
     ids = ov.Tensor(np.array([PROMPT], dtype=np.int64))
@@ -85,13 +87,15 @@ def run(pipe: genai.LLMPipeline, calls: int, assistant: int) -> tuple[int, int, 
 
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    for name, draft, prefix_caching, assistant in (
-        ("plain", False, True, 0),
-        ("draft, 1 assistant token, prefix caching off", True, False, 1),
-        ("draft, 3 assistant tokens, prefix caching off", True, False, 3),
-        ("draft, 3 assistant tokens, prefix caching on", True, True, 3),
+    for name, draft, prefix_caching, assistant, confidence in (
+        ("plain", False, True, 0, 0.0),
+        ("draft, 1 assistant token, prefix caching off", True, False, 1, 0.0),
+        ("draft, 3 assistant tokens, prefix caching off", True, False, 3, 0.0),
+        ("draft, 3 assistant tokens, prefix caching on", True, True, 3, 0.0),
+        ("draft, assistant_confidence_threshold 0.3, prefix caching off", True, False, 0, 0.3),
+        ("draft, assistant_confidence_threshold 0.3, prefix caching on", True, True, 0, 0.3),
     ):
-        done, outside, drafted, errors = run(pipeline(draft, prefix_caching), calls, assistant)
+        done, outside, drafted, errors = run(pipeline(draft, prefix_caching), calls, assistant, confidence)
         print(f"{name}: {done} calls, {outside} outside top-{TOP_K}, {drafted} tokens drafted, {len(errors)} errors")  # noqa: T201
         for error in sorted(set(errors)):
             print(f"  {error}")  # noqa: T201

@@ -70,18 +70,38 @@ def test_greedy_is_plain_greedy_token_for_token(path: str, prefix_caching: bool)
         assert accepted > 0, "prompt lookup emitted one token per target step: it did not speculate"
 
 
+@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_greedy_with_a_confidence_threshold_is_plain_greedy_drafting_one_token_a_round(prefix_caching: bool) -> None:
+    """``assistant_confidence_threshold`` instead of a number of assistant tokens, at temperature 0: the same tokens as
+    greedy decoding, and (GenAI's greedy draft carries log probability 0, which pauses the draft: ``register_new_token``
+    in sampler.cpp) one token drafted per round, so no target step emits more than two."""
+    from specwatch.targets.openvino.pipeline import Pipeline
+
+    pipe = Pipeline("draft", prefix_caching=prefix_caching)
+    call = pipe.generate(PROMPT, pipe.config(12, confidence=0.3))
+    assert list(call.tokens) == _reference_greedy(12)
+    assert call.drafted is not None
+    assert call.drafted > 0, "the draft-model pipeline drafted nothing: its output says nothing of speculation"
+    assert max(call.steps) <= 2, call.steps
+    # The measure sees more than one draft a round where there is: 3 assistant tokens emit 3 tokens in some step.
+    assert max(pipe.generate(PROMPT, pipe.config(12, assistant_tokens=3)).steps) == 3
+
+
+#: ``assistant``: assistant tokens per round, or (a float) the draft's confidence threshold instead.
 SAMPLED = [
     pytest.param("plain", True, 0, id="plain"),
     pytest.param("draft", False, 1, id="draft-k1-no-prefix-cache", marks=pytest.mark.xfail(strict=True, reason=FINDING)),
     pytest.param("draft", False, 3, id="draft-k3-no-prefix-cache", marks=pytest.mark.xfail(strict=True, reason=FINDING)),
     pytest.param("draft", True, 3, id="draft-k3-prefix-cache", marks=pytest.mark.xfail(strict=True, reason=FINDING)),
+    pytest.param("draft", False, 0.3, id="draft-c0.3-no-prefix-cache", marks=pytest.mark.xfail(strict=True, reason=FINDING)),
+    pytest.param("draft", True, 0.3, id="draft-c0.3-prefix-cache", marks=pytest.mark.xfail(strict=True, reason=FINDING)),
     pytest.param("lookup", True, 3, id="lookup-k3-prefix-cache"),
     pytest.param("lookup", False, 1, id="lookup-k1-no-prefix-cache"),
 ]
 
 
 @pytest.mark.parametrize(("path", "prefix_caching", "assistant"), SAMPLED)
-def test_the_first_tokens_follow_genais_law(path: str, prefix_caching: bool, assistant: int) -> None:
+def test_the_first_tokens_follow_genais_law(path: str, prefix_caching: bool, assistant: float) -> None:
     from specwatch.targets.openvino.chain import GenAIChain
     from specwatch.targets.openvino.models import VOCAB, all_logits
     from specwatch.targets.openvino.pipeline import Pipeline
@@ -89,7 +109,10 @@ def test_the_first_tokens_follow_genais_law(path: str, prefix_caching: bool, ass
     chain = GenAIChain(temperature=1.0, top_k=5)
     law = chain.fixture_law(lambda prefix: all_logits([*PROMPT, *prefix])[-1], HORIZON, VOCAB, prompt=PROMPT)
     pipe = Pipeline(path, prefix_caching=prefix_caching)
-    config = pipe.config(NEW_TOKENS, assistant_tokens=assistant, ngram=2 if path == "lookup" else 0, sample=dict(chain.config()))
+    k, confidence = (assistant, 0.0) if isinstance(assistant, int) else (0, assistant)
+    config = pipe.config(
+        NEW_TOKENS, assistant_tokens=k, confidence=confidence, ngram=2 if path == "lookup" else 0, sample=dict(chain.config())
+    )
     counts = np.zeros(VOCAB**HORIZON)
     drafted = accepted = 0
     for seed in range(CALLS):

@@ -42,6 +42,7 @@ class OpenVinoAdapter(Adapter):
             "LLMPipeline": hasattr(genai, "LLMPipeline"),
             "draft_model": hasattr(genai, "draft_model"),
             "num_assistant_tokens": hasattr(config, "num_assistant_tokens"),
+            "assistant_confidence_threshold": hasattr(config, "assistant_confidence_threshold"),
             "prompt_lookup": hasattr(config, "max_ngram_size"),
             "rng_seed": hasattr(config, "rng_seed"),
             "prefix_caching": hasattr(genai, "SchedulerConfig") and hasattr(genai.SchedulerConfig(), "enable_prefix_caching"),

@@ -12,7 +12,8 @@ Coverage: the draft-model pipeline reports the tokens a call drafted and accepte
 (``extended_perf_metrics.get_num_draft_tokens`` / ``get_num_accepted_tokens``), not its rounds (the target's step
 sizes in ``perf_metrics`` count the tokens it processed, not those it emitted, at temperature > 0), so a call is
 recorded as one round of its totals: the design asks for a call of 2 or more drafts accepting all and one accepting
-some, and a pipeline that stopped drafting (0 drafted per call) is short of it, never a pass. Each experiment builds
+some; a batch in which the draft-model pipeline drafted nothing at all (it stopped speculating) is a :class:`PathError`,
+never a pass, whatever the number of assistant tokens or the confidence threshold. Each experiment builds
 its own pipeline (a pipeline that failed in one case does not carry its state into another). Prompt lookup reports no
 speculative metrics and drafts only where an n-gram matches, so its rounds' drafts are unknown: its cases record no
 coverage histogram, and a batch in which no step emitted more than one token (lookup stopped speculating) is a
@@ -51,11 +52,13 @@ class PathError(Exception):
 
 @dataclass(frozen=True)
 class PathSpec:
-    """One pipeline configuration: ``kind`` (plain, draft, lookup), prefix caching, assistant tokens per round."""
+    """One pipeline configuration: ``kind`` (plain, draft, lookup), prefix caching, assistant tokens per round or (draft
+    model) the draft's confidence threshold instead (``assistant_confidence_threshold``; ``assistant`` then 0)."""
 
     kind: str
     prefix_caching: bool = True
     assistant: int = 0
+    confidence: float = 0.0
     _pipe: Pipeline | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -64,7 +67,13 @@ class PathSpec:
 
     def fresh(self) -> PathSpec:
         """The same path without a pipeline yet (an experiment's own)."""
-        return PathSpec(self.kind, self.prefix_caching, self.assistant)
+        return PathSpec(self.kind, self.prefix_caching, self.assistant, self.confidence)
+
+    @property
+    def designed(self) -> bool:
+        """Whether a call of this path is built to draft 2 or more tokens, accepting all or some (coverage design):
+        the draft model with 2 or more assistant tokens, or with a confidence threshold."""
+        return self.kind == "draft" and (self.assistant >= 2 or self.confidence > 0)
 
     def pipeline(self) -> Pipeline:
         """The experiment's pipeline of this path (built once per experiment); an exception building it is the
@@ -79,7 +88,8 @@ class PathSpec:
 
     def describe(self) -> str:
         what = {"plain": "no speculation", "draft": "draft model", "lookup": "prompt lookup (max_ngram_size 2)"}[self.kind]
-        k = f", num_assistant_tokens={self.assistant}" if self.speculative else ""
+        k = f", num_assistant_tokens={self.assistant}" if self.speculative and not self.confidence else ""
+        k += f", assistant_confidence_threshold={self.confidence:g}" if self.confidence else ""
         return f"{what}{k}, prefix caching {'on' if self.prefix_caching else 'off'}"
 
     def call(
@@ -95,7 +105,8 @@ class PathSpec:
         """One seeded call of ``pipe`` (``chain`` None: greedy, with ``penalties``' penalties when given); the
         pipeline's exception becomes :class:`TargetRaised`."""
         sample = dict(chain.config()) if chain is not None else None
-        config = pipe.config(horizon, assistant_tokens=self.assistant, ngram=2 if self.kind == "lookup" else 0, sample=sample)
+        ngram = 2 if self.kind == "lookup" else 0
+        config = pipe.config(horizon, assistant_tokens=self.assistant, confidence=self.confidence, ngram=ngram, sample=sample)
         if chain is None and penalties is not None:
             for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
                 setattr(config, name, getattr(penalties, name))
@@ -129,6 +140,16 @@ def gained(calls: Sequence[Call]) -> int:
     return sum(sum(c.steps) - len(c.steps) for c in calls)
 
 
+def require_speculation(path: PathSpec, calls: Sequence[Call]) -> None:
+    """:class:`PathError` when a speculative path did not speculate in a whole batch of ``calls``: the draft model
+    drafted no token, or prompt lookup emitted one token per target step (its output then says nothing of speculation,
+    and agreeing with the law would be a pass of plain decoding)."""
+    if path.kind == "draft" and calls and sum(c.drafted or 0 for c in calls) == 0:
+        raise PathError(f"the draft-model pipeline drafted no token in all {len(calls)} calls: it did not speculate")
+    if path.kind == "lookup" and calls and gained(calls) == 0:
+        raise PathError(f"prompt lookup emitted one token per step in all {len(calls)} calls: it did not speculate")
+
+
 def conditional_logits(prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> NDArray[np.float64]:
     """Raw float64 logits of the target at every output position, (trials, horizon, V), in one forward."""
     ids = torch.tensor([(*prompt, *out) for out in outputs], dtype=torch.long)
@@ -150,8 +171,7 @@ class GenerateExperiment(LibraryExperiment):
             self.law = chain.fixture_law(lambda prefix: all_logits([*self.prompt, *prefix])[-1], LENGTH, VOCAB, prompt=self.prompt)
         except ChainFixtureError as exc:
             raise PathError(str(exc)) from exc
-        designed = path.kind == "draft" and path.assistant >= 2
-        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if designed else None
+        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if path.designed else None
         self._checks = e2e_checks(self.law, length=LENGTH, horizon=horizon, designed="pit")
 
     @property
@@ -162,8 +182,7 @@ class GenerateExperiment(LibraryExperiment):
         seeds, pit_w = e2e_draws(n, self.horizon, generator)
         pipe = self.path.pipeline()
         calls = [self.path.call(pipe, self.prompt, self.horizon, self.chain, seed) for seed in seeds]
-        if self.path.kind == "lookup" and gained(calls) == 0:
-            raise PathError(f"prompt lookup emitted one token per step in all {n} calls: it did not speculate")
+        require_speculation(self.path, calls)
         trials = [trial_of(self.path, c) for c in calls]
         counts = np.zeros(len(self.law), dtype=np.int64)
         for trial in trials:
@@ -208,8 +227,7 @@ class GreedyExperiment(LibraryExperiment):
 
     def __init__(self, path: PathSpec, *, penalties: GenAIChain | None = None, horizon: int = 10) -> None:
         self.path, self.penalties, self.horizon = path.fresh(), penalties, horizon
-        designed = path.kind == "draft" and path.assistant >= 2
-        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if designed else None
+        self.coverage_design = CoverageDesign(min_drafts=2, min_rounds=1) if path.designed else None
 
     @property
     def fixed_trials(self) -> int:
@@ -231,7 +249,6 @@ class GreedyExperiment(LibraryExperiment):
             sample += got
             if got != expected and not violations:
                 violations.append(Violation(Layer.LOSSLESS, f"prompt {prompt}: greedy {expected} != {self.path.kind} {got}"))
-        if self.path.kind == "lookup" and calls and gained(calls) == 0:
-            raise PathError(f"prompt lookup emitted one token per step in all {len(calls)} calls: it did not speculate")
+        require_speculation(self.path, calls)
         coverage = rounds_coverage([trial_of(self.path, c) for c in calls]) if self.coverage_design is not None else None
         return Observation({}, tuple(violations), 0, np.asarray(sample, dtype=np.int64).tobytes(), coverage)

@@ -54,8 +54,17 @@ class Pipeline:
         self.pipe = self.genai.LLMPipeline(str(models.target), "CPU", **kwargs)
 
     def config(
-        self, max_new_tokens: int, *, assistant_tokens: int = 0, ngram: int = 0, sample: dict[str, float | int] | None = None
+        self,
+        max_new_tokens: int,
+        *,
+        assistant_tokens: int = 0,
+        confidence: float = 0.0,
+        ngram: int = 0,
+        sample: dict[str, float | int] | None = None,
     ) -> Any:
+        """A generation config of ``max_new_tokens`` (``ignore_eos``): greedy unless ``sample`` gives the sampling
+        parameters; ``assistant_tokens`` drafts per round, or ``confidence`` (``assistant_confidence_threshold``: the
+        draft drafts until its sampled token's probability falls below it; the two are exclusive in GenAI)."""
         config = self.genai.GenerationConfig()
         config.max_new_tokens = max_new_tokens
         config.min_new_tokens = 0
@@ -65,6 +74,8 @@ class Pipeline:
             setattr(config, name, value)
         if assistant_tokens:
             config.num_assistant_tokens = assistant_tokens
+        if confidence:
+            config.assistant_confidence_threshold = confidence
         if ngram:
             config.max_ngram_size = ngram
         return config
