@@ -121,3 +121,12 @@ def seed_history(session: Session) -> Seeded:
     session.flush()
     seeded.open_alert, seeded.resolved_alert = violation.id, performance.id
     return seeded
+
+
+def branch_commits(session: Session, name: str, count: int) -> list[Commit]:
+    """A target ``name`` watching main and its first ``count`` commits there (sha ``i`` in hex, branch order ``i``), flushed."""
+    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
+    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
+    session.add_all(commits)
+    session.flush()
+    return commits

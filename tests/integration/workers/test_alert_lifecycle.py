@@ -16,8 +16,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
-from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Verdict
 from service.notifications.outbox import NotifyConfig
+from tests.support.history import branch_commits
 from workers.analysis import AnalysisConfig, analyse
 from workers.analysis.decisions import Bisection, CommitOutcome, bisect
 
@@ -50,14 +51,6 @@ def _run(session: Session, commit: Commit, *, fails: bool, purpose: RunPurpose =
     return run.id
 
 
-def _commits(session: Session, name: str, count: int) -> list[Commit]:
-    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
-    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
-    session.add_all(commits)
-    session.flush()
-    return commits
-
-
 def _alerts(session: Session) -> list[Alert]:
     return list(session.scalars(select(Alert).order_by(Alert.id)))
 
@@ -83,7 +76,7 @@ class TestBisectTheNewestStreak:
 
 def test_a_bug_back_after_a_revert_opens_a_new_alert(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib", 5)
+        commits = branch_commits(session, "lib", 5)
         for commit, fails in zip(commits[:4], [False, True, False, False], strict=True):
             analyse(session, _run(session, commit, fails=fails), config=CONFIG, now=NOW)
         (first,) = _alerts(session)
@@ -102,7 +95,7 @@ def test_a_bug_back_after_a_revert_opens_a_new_alert(backend_factory: sessionmak
 def test_the_bisection_of_a_new_streak_tests_the_untested_commit_after_the_fix(backend_factory: sessionmaker[Session]) -> None:
     """Commit 4 is pushed with 5 and has no run: the search queues it, never naming commit 2 (the old streak)."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib2", 5)
+        commits = branch_commits(session, "lib2", 5)
         for commit, fails in zip(commits[:3], [False, True, False], strict=True):
             analyse(session, _run(session, commit, fails=fails), config=CONFIG, now=NOW)
         detected = _run(session, commits[4], fails=True)
@@ -125,7 +118,7 @@ def test_a_resolved_alert_named_again_is_reopened_with_a_notification(backend_fa
     """Commit 3 passed by chance (the alert resolved); its re-run fails, and so does commit 4: the search names
     commit 2 again, and its resolved alert is reopened, visibly; it resolves again on a later pass."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib3", 5)
+        commits = branch_commits(session, "lib3", 5)
         for commit, fails in zip(commits[:3], [False, True, False], strict=True):
             analyse(session, _run(session, commit, fails=fails), config=CONFIG, now=NOW)
         (alert,) = _alerts(session)

@@ -24,6 +24,7 @@ from service.db import session_scope
 from service.models import Alert, AlertKind, CaseResult, Commit, Run, RunStatus, Target, Verdict
 from service.notifications.slack import slack_message
 from service.settings import Settings
+from tests.support.history import branch_commits
 from workers.analysis import AnalysisConfig, analyse
 from workers.analysis.drift import still_drifting
 from workers.analysis.state import load_analysis
@@ -48,14 +49,6 @@ def e2e_mean(rng: np.random.Generator, accept: float, trials: int = TRIALS, hori
             total += min(accepted, horizon - index)
             index += accepted + 1
     return total / trials
-
-
-def _commits(session: Session, name: str, count: int) -> list[Commit]:
-    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
-    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
-    session.add_all(commits)
-    session.flush()
-    return commits
 
 
 def _run(session: Session, commit: Commit, case_id: str, acceptance: float, bound: int | None) -> int:
@@ -84,7 +77,7 @@ def _run(session: Session, commit: Commit, case_id: str, acceptance: float, boun
 
 def _history(session: Session, name: str, runs: list[tuple[str, float, int | None]]) -> tuple[list[Commit], list[Alert]]:
     """Commits 1.. in branch order, one analysed run each (case id, acceptance, bound); the alerts they opened."""
-    commits = _commits(session, name, len(runs))
+    commits = branch_commits(session, name, len(runs))
     for commit, (case_id, acceptance, bound) in zip(commits, runs, strict=True):
         analyse(session, _run(session, commit, case_id, acceptance, bound), config=CONFIG, now=NOW)
     return commits, list(session.scalars(select(Alert).join(Target).where(Target.name == name).order_by(Alert.id)))
@@ -184,7 +177,7 @@ def test_a_known_failure_inside_a_drift_search_is_not_its_first_bad_commit(backe
     baseline = [e2e_mean(rng, 0.9) for _ in range(5)]
     dropped = [e2e_mean(rng, 0.1) for _ in range(2)]
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "known-in-drift", 8)
+        commits = branch_commits(session, "known-in-drift", 8)
         for commit, acceptance in zip(commits[:5], baseline, strict=True):
             analyse(session, _run(session, commit, E2E, acceptance, bound), config=CONFIG, now=NOW)
         broken = session.get(Run, _run(session, commits[5], E2E, baseline[0], bound))

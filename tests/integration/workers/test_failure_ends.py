@@ -24,9 +24,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.findings import add_finding
-from service.models import Alert, AlertState, CaseResult, Commit, FindingState, Notification, Run, RunPurpose, RunStatus, Target, Verdict
+from service.models import Alert, AlertState, CaseResult, Commit, FindingState, Notification, Run, RunPurpose, RunStatus, Verdict
 from service.notifications.outbox import NotifyConfig
 from service.queries import get_finding, list_alerts
+from tests.support.history import branch_commits
 from workers.analysis import AnalysisConfig, analyse
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
@@ -37,14 +38,6 @@ CERTAIN: dict[str, Any] = {"certain": True, "tv": (0.0, 1.0)}
 STATISTICAL: dict[str, Any] = {"certain": False, "tv": (0.01, 0.91)}
 GREEDY_DRAFT, STALE_CACHE, OVERSHOOT = "b-greedy-draft", "b-stale-cache", "a-overshoot"
 LINK = "https://example.org/finding"
-
-
-def _commits(session: Session, name: str, count: int) -> list[Commit]:
-    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
-    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
-    session.add_all(commits)
-    session.flush()
-    return commits
 
 
 def _run(session: Session, commit: Commit, failing: dict[str, dict[str, Any]], *, purpose: RunPurpose = RunPurpose.primary) -> int:
@@ -92,7 +85,7 @@ def test_a_case_failing_as_a_known_finding_ends_its_alerts_failure_there(backend
     and 4) explains it, and passes at commit 4. Alert 1's case ends at commit 3, "it now fails as known finding ...",
     and the alert resolves there (it stayed open until commit 4, the case's pass)."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-end-finding", 4)
+        commits = branch_commits(session, "lib-end-finding", 4)
         add_finding(
             session,
             "lib-end-finding",
@@ -120,7 +113,7 @@ def test_a_case_ended_as_a_finding_is_announced_and_undone_when_it_fails_its_ale
     fixed"), B still fails. Commit 4: A fails certainly again, the alert's own signature (the finding covers A there
     too): it came back, no longer ended. A failure the finding explains with the alert's own signature ends nothing."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-end-undone", 5)
+        commits = branch_commits(session, "lib-end-undone", 5)
         add_finding(
             session,
             "lib-end-undone",
@@ -151,7 +144,7 @@ def test_a_superseded_failure_ends_at_the_superseding_alerts_first_bad_commit(ba
     new regression (alert 2, superseding alert 1's signature). Alert 1's case ends at commit 3, "it now fails another
     way" (alert 2), and alert 1 resolves there; commit 4 failing either way is known (alert 2 stands for both)."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-end-superseded", 5)
+        commits = branch_commits(session, "lib-end-superseded", 5)
         for commit, failing in zip(commits, [{}, {A: CERTAIN}, {A: STATISTICAL}], strict=False):
             analyse(session, _run(session, commit, failing), config=CONFIG, now=NOW)
         old, new = session.scalars(select(Alert).order_by(Alert.id)).all()
@@ -189,7 +182,7 @@ def test_a_finding_is_seen_fixed_while_its_other_case_fails_as_another_finding(
 ) -> None:
     with session_scope(backend_factory) as session:
         name = f"lib-findings-{len(at_3)}-{ends}-{seen_fixed}-{at_3[B] is None}"
-        commits = _commits(session, name, 3)
+        commits = branch_commits(session, name, 3)
         _findings(session, name, commits, stale_cache_ends=ends)
         analyse(session, _run(session, commits[0], {}), config=CONFIG, now=NOW)
         report = analyse(session, _run(session, commits[1], {A: CERTAIN, B: CERTAIN}), config=CONFIG, now=NOW)

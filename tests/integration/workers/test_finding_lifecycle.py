@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope
 from service.findings import add_finding
-from service.models import Alert, AlertKind, CaseResult, Commit, FindingState, KnownFinding, Notification, Run, RunStatus, Target, Verdict
+from service.models import Alert, AlertKind, CaseResult, Commit, FindingState, KnownFinding, Notification, Run, RunStatus, Verdict
 from service.notifications.outbox import NotifyConfig
 from service.queries import commits_page, get_alert, get_finding
+from tests.support.history import branch_commits
 from workers.analysis import AnalysisConfig, analyse
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
@@ -55,14 +56,6 @@ def _run(session: Session, commit: Commit, failing: set[str], version: str | Non
     return run.id
 
 
-def _commits(session: Session, name: str, count: int) -> list[Commit]:
-    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
-    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
-    session.add_all(commits)
-    session.flush()
-    return commits
-
-
 def _events(session: Session, **where: object) -> list[str]:
     query = select(Notification.event).order_by(Notification.id)
     for name, value in where.items():
@@ -72,7 +65,7 @@ def _events(session: Session, **where: object) -> list[str]:
 
 def test_a_known_finding_pages_nobody_is_seen_fixed_and_its_return_is_a_regression(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib", 6)
+        commits = branch_commits(session, "lib", 6)
         add_finding(
             session, "lib", {"key": KEY, "title": "A fails", "cases": [A], "link": "https://example.org/a", "commit_from": commits[1].sha}
         )
@@ -119,7 +112,7 @@ def test_a_finding_set_open_again_applies_again(backend_factory: sessionmaker[Se
     from service.findings import edit_finding
 
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib2", 4)
+        commits = branch_commits(session, "lib2", 4)
         add_finding(session, "lib2", {"key": KEY, "title": "A fails", "cases": [A], "link": "https://example.org/a"})
         for commit, failing in zip(commits[:3], [{A}, set(), {A}], strict=False):
             analyse(session, _run(session, commit, failing), config=CONFIG, now=NOW)
@@ -133,7 +126,7 @@ def test_a_finding_set_open_again_applies_again(backend_factory: sessionmaker[Se
 
 def test_a_fixed_findings_cases_failing_outside_its_versions_are_its_regression(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib3", 2)
+        commits = branch_commits(session, "lib3", 2)
         fields = {"key": KEY, "title": "A fails", "cases": [A], "link": "https://example.org/a", "versions": "==1.0.*"}
         add_finding(session, "lib3", fields | {"state": "fixed", "fixed_in": "1.1"})
         known = analyse(session, _run(session, commits[0], {A}, version="1.0.2"), config=CONFIG, now=NOW)
@@ -148,7 +141,7 @@ def test_a_failure_older_than_a_fixed_findings_versions_is_not_its_regression(ba
     a regression of the finding of 4.44.* ("fixed"), a release two years later. A version before the finding's range
     did not bring it back: a plain new failure."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib4", 1)
+        commits = branch_commits(session, "lib4", 1)
         fields = {"key": KEY, "title": "A fails", "cases": [A], "link": "https://example.org/a", "versions": "==1.4.*"}
         add_finding(session, "lib4", fields | {"state": "fixed", "fixed_in": "1.5"})
         report = analyse(session, _run(session, commits[0], {A}, version="1.2.0"), config=CONFIG, now=NOW)

@@ -19,6 +19,7 @@ from service.db import session_scope
 from service.models import Alert, AlertKind, AlertState, CaseResult, Commit, Notification, Run, RunPurpose, RunStatus, Target, Verdict
 from service.notifications.outbox import NotifyConfig
 from service.queries import list_alerts
+from tests.support.history import branch_commits
 from workers.analysis import AnalysisConfig, analyse
 
 A, B = "direct/far_apart/V8/g1", "direct/far_apart/V8/g3"
@@ -94,17 +95,9 @@ def test_a_known_conformance_failure_turning_lossy_is_new(backend_factory: sessi
         assert (violation.kind, violation.first_bad_commit_id) == (AlertKind.violation, commits[2].id)
 
 
-def _commits(session: Session, name: str, count: int) -> list[Commit]:
-    target = Target(name=name, repo_url=f"https://github.com/acme/{name}", adapter="x", branches=["main"])
-    commits = [Commit(target=target, sha=f"{i:040x}", branch="main", branch_order=i) for i in range(1, count + 1)]
-    session.add_all(commits)
-    session.flush()
-    return commits
-
-
 def test_a_known_lossless_failure_covers_its_conformance_only_failures(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib3", 3)
+        commits = branch_commits(session, "lib3", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # lossless: an alert
         report = analyse(session, _run(session, commits[2], {A}, lossless=True), config=CONFIG, now=NOW)  # conformance only
@@ -115,7 +108,7 @@ def test_a_known_lossless_failure_covers_its_conformance_only_failures(backend_f
 def test_certain_failures_are_confirmed(backend_factory: sessionmaker[Session]) -> None:
     """A deterministic check's failure has no finite e-value (log E None): its rerun confirms it."""
     with session_scope(backend_factory) as session:
-        (commit,) = _commits(session, "lib4", 1)
+        (commit,) = branch_commits(session, "lib4", 1)
         run_id = _run(session, commit, {A})
         for case in session.scalars(select(CaseResult).where(CaseResult.run_id == run_id, CaseResult.case_id == A)):
             case.log_e_value = None
@@ -135,7 +128,7 @@ def test_a_search_does_not_wait_on_another_run_of_its_midpoint(backend_factory: 
     """Commit 2's own (primary) run is still queued when commit 3's failure is bisected: the search queues
     its own run of commit 2 rather than wait for one whose analysis would never resume it."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib5", 3)
+        commits = branch_commits(session, "lib5", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         queued = Run(commit=commits[1], profile="quick", status=RunStatus.queued)
         session.add(queued)
@@ -149,7 +142,7 @@ def test_a_search_does_not_wait_on_another_run_of_its_midpoint(backend_factory: 
 def test_a_known_failure_keeps_the_status_failed_when_a_new_one_is_not_confirmed(backend_factory: sessionmaker[Session]) -> None:
     config = AnalysisConfig(confirm_failures=True, notify=NotifyConfig(github=True))
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib6", 3)
+        commits = branch_commits(session, "lib6", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)  # A: an alert
         primary = _run(session, commits[2], {A, B})  # A known, B new
@@ -189,7 +182,7 @@ def test_a_case_that_raised_beside_a_lossy_one_is_alerted_then_set_aside(backend
     ``known_failing``). Commits 3 and 4 fail the same way: nothing new, both known (an exception counted as new at
     every commit). Commit 5: B alone raises, A passes: still known, nothing new."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib7", 5)
+        commits = branch_commits(session, "lib7", 5)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         reports = []
         for commit, failing in zip(commits[1:], [{A, B}, {A, B}, {A, B}, {B}], strict=True):
@@ -210,7 +203,7 @@ def test_a_case_that_raised_beside_a_lossy_one_is_alerted_then_set_aside(backend
 def test_an_exception_alert_is_not_new_at_every_commit(backend_factory: sessionmaker[Session]) -> None:
     """A case that raised opens an EXCEPTION alert once; the same case raising at later commits is known."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib8", 4)
+        commits = branch_commits(session, "lib8", 4)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         kinds = []
         for commit in commits[1:]:
@@ -224,7 +217,7 @@ def test_an_exception_alert_is_not_new_at_every_commit(backend_factory: sessionm
 
 def test_a_known_lossy_case_that_now_raises_is_new(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib9", 3)
+        commits = branch_commits(session, "lib9", 3)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _run(session, commits[1], {A}), config=CONFIG, now=NOW)
         run_id = _run(session, commits[2], {A})
@@ -277,7 +270,7 @@ def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
     "already in the open alert" (matched by case and reason). Now it is a new regression, searched within the range
     where A was already failing: commit 3 failing the old way makes 4 the first bad commit, failing the new way 3."""
     with session_scope(backend_factory) as session:
-        commits = _commits(session, f"lib-sig-{first_bad}", 5)
+        commits = branch_commits(session, f"lib-sig-{first_bad}", 5)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _primary(session, commits[1], **CERTAIN), config=CONFIG, now=NOW)
         report = analyse(session, _primary(session, commits[3], **STATISTICAL), config=CONFIG, now=NOW)
@@ -308,7 +301,7 @@ def test_a_new_failure_of_a_case_already_failing_is_its_own_regression(
 
 def test_the_same_failure_with_an_overlapping_interval_stays_known(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-sig-same", 4)
+        commits = branch_commits(session, "lib-sig-same", 4)
         analyse(session, _run(session, commits[0], set()), config=CONFIG, now=NOW)
         analyse(session, _primary(session, commits[1], certain=False, tv=(0.1, 0.3)), config=CONFIG, now=NOW)
         assert analyse(session, _primary(session, commits[2], certain=False, tv=(0.25, 0.35)), config=CONFIG, now=NOW).kind is None
@@ -325,7 +318,7 @@ def test_each_case_of_an_alert_is_fixed_at_its_own_commit(backend_factory: sessi
     the API, and the alert resolves at commit 4, its last case's fix."""
     config = AnalysisConfig(confirm_failures=False, notify=NotifyConfig(slack=True))
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-fix", 4)
+        commits = branch_commits(session, "lib-fix", 4)
         for commit, failing in zip(commits, [set(), {A, B}, {B}, set()], strict=True):
             analyse(session, _run(session, commit, failing), config=config, now=NOW)
         (alert,) = _alerts(session)
@@ -346,7 +339,7 @@ def test_each_case_of_an_alert_is_fixed_at_its_own_commit(backend_factory: sessi
 
 def test_a_fixed_case_that_fails_again_is_no_longer_fixed(backend_factory: sessionmaker[Session]) -> None:
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-refail", 4)
+        commits = branch_commits(session, "lib-refail", 4)
         for commit, failing in zip(commits, [set(), {A, B}, {B}, {A, B}], strict=True):
             analyse(session, _run(session, commit, failing), config=CONFIG, now=NOW)
         (alert,) = _alerts(session)
@@ -377,7 +370,7 @@ def test_a_new_failure_whose_primary_run_was_triaged_before_the_standing_alert_o
     then: the new signature supersedes the standing one, and the search names its own commit."""
     config = AnalysisConfig()
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-race", 3)
+        commits = branch_commits(session, "lib-race", 3)
         analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
         (first_confirmation,) = analyse(session, _primary(session, commits[1], **CERTAIN), config=config, now=NOW).queued
         (second_confirmation,) = analyse(session, _primary(session, commits[2], **STATISTICAL), config=config, now=NOW).queued
@@ -394,7 +387,7 @@ def test_a_new_failure_whose_primary_run_was_triaged_before_the_standing_alert_o
 def test_a_failure_alerted_meanwhile_with_the_same_signature_opens_nothing_more(backend_factory: sessionmaker[Session]) -> None:
     config = AnalysisConfig()
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-race-same", 3)
+        commits = branch_commits(session, "lib-race-same", 3)
         analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
         (first_confirmation,) = analyse(session, _primary(session, commits[1], **STATISTICAL), config=config, now=NOW).queued
         (second_confirmation,) = analyse(session, _primary(session, commits[2], **STATISTICAL), config=config, now=NOW).queued
@@ -411,7 +404,7 @@ def test_fixes_analysed_before_their_alert_opened_are_reported_when_it_opens(bac
     commit 3, B at commit 4, the alert resolved by commit 4 (Slack: "opened", then "resolved")."""
     config = AnalysisConfig(notify=NotifyConfig(slack=True))
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-late-fix", 4)
+        commits = branch_commits(session, "lib-late-fix", 4)
         analyse(session, _run(session, commits[0], set()), config=config, now=NOW)
         (confirmation_id,) = analyse(session, _run(session, commits[1], {A, B}), config=config, now=NOW).queued
         for commit, failing in ((commits[2], {B}), (commits[3], set())):
@@ -450,7 +443,7 @@ def test_the_replayed_history_alerts_each_bug_at_its_commit_and_each_fix(backend
     (another signature): its own alert at commit 2, last good commit 1, fixed by commit 3 as well."""
     config = AnalysisConfig()
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-replay", 3)
+        commits = branch_commits(session, "lib-replay", 3)
         (first,) = analyse(session, _primary(session, commits[0], **CERTAIN), config=config, now=NOW).queued
         (second,) = analyse(session, _primary(session, commits[1], **STATISTICAL), config=config, now=NOW).queued
         assert analyse(session, _run(session, commits[2], set()), config=config, now=NOW).kind is None
@@ -477,7 +470,7 @@ def test_the_commit_status_of_a_passing_fix_says_fixed_here(backend_factory: ses
     "fixed" (success, "fixed here") after its plain "success"; a failing run that fixes some cases keeps "failure"."""
     config = AnalysisConfig(confirm_failures=False, notify=NotifyConfig(github=True))
     with session_scope(backend_factory) as session:
-        commits = _commits(session, "lib-fix-status", 4)
+        commits = branch_commits(session, "lib-fix-status", 4)
         runs = []
         for commit, failing in zip(commits, [set(), {A, B}, {B}, set()], strict=True):  # each commit's run analysed in turn
             runs.append(_run(session, commit, failing))
