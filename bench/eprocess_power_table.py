@@ -12,7 +12,9 @@ The table stores that bound as ``beta_bound``. Seeded: the output is determinist
     PYTHONPATH=$PWD python bench/eprocess_power_table.py > specwatch/eprocess_power.json
 
 Each row is seeded by (seed, support, n) alone, so the grid may be split over processes (``--supports``) and the
-rows merged: the shipped table was made as two runs, supports 2-256 and 512-1024 (about 5 min on two shared cores).
+rows merged: the shipped table was made as five runs: supports 2-256 and 512-1024 at epsilon 0.02-0.1 and T in
+{1e3, 1e4, 1e5, 1e6, 1e7, 1e8}; every support at T in {2e6, 3e6, 5e6}; supports 2-256 and 512-1024 at epsilon
+0.2-0.5 and every T (about 20 min in all on two shared cores).
 ``stats.plan_test`` needs the full Cartesian grid (``eprocess_power.eprocess_needed`` refuses a missing corner).
 """
 
@@ -48,8 +50,8 @@ def needed(support: int, epsilon: float, threshold: float, runs: int, step: floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--supports", default="2,4,8,16,32,64,128,256,512,1024")
-    parser.add_argument("--epsilons", default="0.02,0.03,0.05,0.1")
-    parser.add_argument("--thresholds", default="1e3,1e4,1e5,1e6,1e7,1e8")
+    parser.add_argument("--epsilons", default="0.02,0.03,0.05,0.1,0.2,0.3,0.5")
+    parser.add_argument("--thresholds", default="1e3,1e4,1e5,1e6,2e6,3e6,5e6,1e7,1e8")
     parser.add_argument("--runs", type=int, default=3000)
     parser.add_argument("--step", type=float, default=1.05)
     parser.add_argument("--seed", type=int, default=20261205)

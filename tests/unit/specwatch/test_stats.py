@@ -111,8 +111,7 @@ def test_the_fallback_factor_covers_every_row_of_the_table():
     """The fallback's factor is what the e-process needed over Pearson on every simulated row: a smaller factor fails."""
     table = load_table()
     ratios = [
-        row["needed"] / pearson_sample_size(int(row["support"]), row["epsilon"], 1.0 / row["threshold"], 1e-3)
-        for row in table["rows"]
+        row["needed"] / pearson_sample_size(int(row["support"]), row["epsilon"], 1.0 / row["threshold"], 1e-3) for row in table["rows"]
     ]
     assert max(ratios) <= PEARSON_FALLBACK_FACTOR
     assert max(ratios) > 0.8 * PEARSON_FALLBACK_FACTOR
