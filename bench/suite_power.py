@@ -895,7 +895,7 @@ MISS_HEADERS = (
 
 def miss_rate_section(supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int) -> None:
     """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) at the cap the design gives
-    (``plan_test``: Pearson's noncentral chi^2 x SEQUENTIAL_INFLATION at level m / alpha, m = ``tests``), with the
+    (``plan_test``: the e-process power table at threshold m / alpha, m = ``tests``), with the
     runner's early-pass batches, against the least-favourable alternative at TV multiple x epsilon. Three rules on
     the same runs: the e-process to the cap alone; the runner's (early pass at epsilon with beta_pass = 1e-3, held
     while ln E >= ln T / 3); the early pass without the hold. A miss: no rejection before the stop. Intervals:

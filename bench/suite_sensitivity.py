@@ -36,7 +36,7 @@ import torch
 
 from specwatch.evidence import designed_checks
 from specwatch.runner import SuiteConfig, run_case, trial_cap
-from specwatch.stats import SEQUENTIAL_INFLATION, detectable_epsilon, rejection_threshold
+from specwatch.stats import design_epsilon, rejection_threshold
 from specwatch.targets.loader import resolve
 
 DEFAULT_CASES = ("e2e/*", "direct/far_apart/V8/g1", "direct/close/V64/g5", "direct/llm_like/V1024/g4")
@@ -78,7 +78,7 @@ def measure(target: Any, case: Any, trials: int, level: float, beta: float, desi
     checks = designed_checks(experiment, case.epsilon)  # the checks that size the case at its own design
     reach = max(c.reach for c in checks)
     per_minute = 60.0 / harness
-    tv = max(detectable_epsilon(c.support, per_minute * c.reach / SEQUENTIAL_INFLATION, level, beta) for c in checks)
+    tv = max(design_epsilon(c.support, per_minute * c.reach, level, beta) for c in checks)
     projected = {}
     for epsilon in designs:
         cap = trial_cap(experiment, SuiteConfig(epsilon=epsilon, beta=beta), epsilon, 1.0 / level)

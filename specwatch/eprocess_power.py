@@ -1,10 +1,11 @@
 """Observations the suite's own e-process needs at TV epsilon, read from a shipped simulation table.
 
 ``eprocess_power.json`` is written by ``bench/eprocess_power_table.py``, which runs ``stats.log_e_dirichlet_mixture``
-itself on the least-favourable alternative at TV epsilon (docs/statistics.md §7, "Sizing from the e-process's own
-power"). What is proved and what is computed: the sequential test misses by n only if E_n < T, so the fixed-n miss
-rate bounds the sequential one (proved); the fixed-n miss rate at the tabulated n is bounded by ``beta_bound`` at
-95 % confidence from zero misses in ``runs`` simulated runs (computed, a Clopper-Pearson bound, not a proof).
+itself on the least-favourable alternative at TV epsilon (docs/statistics.md §7). ``stats.plan_test`` sizes every
+designed check from it. What is proved and what is computed: a run that looks at a check when it holds n
+observations misses only if E_n < T there, so the fixed-n miss rate at n bounds the miss rate of the running maximum
+whatever the other looks (proved); the fixed-n miss rate at the tabulated n is bounded by ``beta_bound`` at 95 %
+confidence from zero misses in ``runs`` simulated runs (computed, a Clopper-Pearson bound, not a proof).
 """
 
 from __future__ import annotations
@@ -12,14 +13,8 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-import math
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
-
-from specwatch.stats import log_e_dirichlet_mixture
 
 TABLE_PATH = Path(__file__).with_name("eprocess_power.json")
 
@@ -55,44 +50,13 @@ def eprocess_needed(support: int, epsilon: float, threshold: float, beta: float)
     if i_k == len(supports) or i_t == len(thresholds) or i_e < 0:
         return None
     k_up, e_down, t_up = supports[i_k], epsilons[i_e], thresholds[i_t]
+    if not any((r["support"], r["epsilon"], r["threshold"]) == (k_up, e_down, t_up) for r in rows):
+        return None  # a ragged table: the corner the envelope rounds to was not simulated
     # A monotone envelope: the most any easier-or-equal grid problem needed (smaller support, larger epsilon, lower
     # threshold), so simulation noise between neighbouring rows never lowers the answer.
     return max(int(r["needed"]) for r in rows if r["support"] <= k_up and r["epsilon"] >= e_down and r["threshold"] <= t_up)
 
 
-def least_favourable(support: int, epsilon: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(p0, p1): p0 uniform on ``support`` cells, p1 = p0 (1 + 2 eps) on one half and p0 (1 - 2 eps) on the other.
-
-    TV(p0, p1) = epsilon and chi^2(p1 || p0) = 4 epsilon^2, the least any law at TV epsilon has (docs/statistics.md §7).
-    For odd ``support`` the last cell keeps p0 (TV still epsilon, chi^2 a little above 4 epsilon^2); the table uses even supports.
-    """
-    if support < 2 or not 0 < epsilon <= 0.5:
-        raise ValueError("support >= 2 and epsilon in (0, 0.5] are required")
-    p0 = np.full(support, 1.0 / support)
-    half = support // 2
-    shift = epsilon / half  # each of the ``half`` cells gains (or loses) shift: TV = half * shift = epsilon
-    if shift > 1.0 / support:
-        raise ValueError("epsilon too large for this support")
-    p1 = p0.copy()
-    p1[:half] += shift
-    p1[half : 2 * half] -= shift
-    return p0, p1
-
-
-def count_misses(
-    support: int, epsilon: float, threshold: float, *, n: int, runs: int, rng: np.random.Generator, stop_at: int | None = None
-) -> int:
-    """Runs, of ``runs`` drawn with n observations from ``least_favourable``, whose e-process stays below ``threshold``.
-
-    The e-value is ``stats.log_e_dirichlet_mixture``, the function the suite itself calls. Counting stops once
-    ``stop_at`` misses are seen (the search for the smallest n needs only to know whether there was one).
-    """
-    p0, p1 = least_favourable(support, epsilon)
-    log_t = math.log(threshold)
-    missed = 0
-    for row in rng.multinomial(n, p1, size=runs):
-        if log_e_dirichlet_mixture(row, p0) < log_t:
-            missed += 1
-            if stop_at is not None and missed >= stop_at:
-                break
-    return missed
+def tabulated_epsilons() -> list[float]:
+    """The table's TV distances, increasing."""
+    return sorted({float(r["epsilon"]) for r in load_table()["rows"]})

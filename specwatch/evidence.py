@@ -23,8 +23,7 @@ from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Lay
 from specwatch.reasons import case_reason, early_reason, headline, pass_scope
 from specwatch.sampling import TargetRaised
 from specwatch.stats import (
-    SEQUENTIAL_INFLATION,
-    detectable_epsilon,
+    design_epsilon,
     log_e_dirichlet_mixture,
     support_violations,
     tv_interval,
@@ -163,7 +162,7 @@ def check_results(experiment: Experiment, state: CaseEvidence, *, beta: float, t
         tv_hat, lo, hi = tv_interval(counts, check.null)
         # What this check can detect from the observations it actually got (not trials x the null's reach:
         # a sampler that reaches the position less often gives it fewer).
-        design_eps = detectable_epsilon(check.support, observations / SEQUENTIAL_INFLATION, alpha_test, beta)
+        design_eps = design_epsilon(check.support, observations, alpha_test, beta)
         checks.append(
             CheckResult(
                 name=check.name,

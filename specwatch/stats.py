@@ -5,12 +5,16 @@ Pure functions over numpy arrays; randomness comes in as a ``numpy.random.Genera
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
+
+from specwatch.eprocess_power import eprocess_needed, tabulated_epsilons
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -89,31 +93,70 @@ def detectable_epsilon(support: int, n: float, alpha: float, beta: float) -> flo
     return math.sqrt(pearson_noncentrality(support, alpha, beta) / (4.0 * n))
 
 
-#: The sequential e-process is capped at this multiple of the fixed-n design (docs/statistics.md §7, measured, not proved:
-#: zero misses in 3000 runs at 1.5x; ``bench/suite_power.py`` and the planner test re-measure it).
-SEQUENTIAL_INFLATION = 1.5
+#: Outside the shipped e-process power table (``eprocess_power``: support above its largest, threshold above its
+#: largest, epsilon below its smallest, beta below its bound) a check needs this multiple of the fixed-n Pearson design.
+#: Not proved: the table's 630 rows need 0.41-1.80 x Pearson (1.18-1.43 at 1024 cells, the largest at 2 cells;
+#: docs/statistics.md §7), so 2 covers every simulated row; beyond them it is an extrapolation. Logged as a warning.
+PEARSON_FALLBACK_FACTOR = 2.0
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class CheckDesign:
-    """Planned observations for one test: ``needed`` observations at its position, given ``reach``."""
+    """Planned observations for one test: ``needed`` observations at its position, given ``reach``; ``tabulated``
+    when they come from the e-process power table, False for the Pearson fallback."""
 
     support: int
     reach: float
     needed: int
+    tabulated: bool = True
 
     def trials(self) -> float:
         return math.inf if self.reach <= 0 else self.needed / self.reach
 
 
 def plan_test(support: int, reach: float, epsilon: float, alpha: float, beta: float) -> CheckDesign:
-    """Observations a test needs so the sequential e-process has power 1 - beta at TV epsilon.
+    """Observations a test needs so the e-process crosses 1 / ``alpha`` with probability >= 1 - beta at TV epsilon.
 
-    ``alpha`` is the test's own level (the run's alpha split by Bonferroni). Trials to run are
-    ``needed / reach``: a test of position t sees only the trials that reach t.
+    ``alpha`` is the test's own level (the run's alpha split by Bonferroni). The e-process's own power, looked up
+    conservatively in ``eprocess_power.json`` (fixed-n: valid whatever looks the runner makes before); outside the
+    table ``PEARSON_FALLBACK_FACTOR`` x the Pearson design, logged. Trials to run are ``needed / reach``: a test of
+    position t sees only the trials that reach t.
     """
-    needed = math.ceil(SEQUENTIAL_INFLATION * pearson_sample_size(support, epsilon, alpha, beta))
-    return CheckDesign(support=support, reach=reach, needed=needed)
+    needed = eprocess_needed(support, epsilon, 1.0 / alpha, beta)
+    if needed is not None:
+        return CheckDesign(support=support, reach=reach, needed=needed)
+    _warn_untabulated(support, epsilon, alpha, beta)
+    fallback = math.ceil(PEARSON_FALLBACK_FACTOR * pearson_sample_size(support, epsilon, alpha, beta))
+    return CheckDesign(support=support, reach=reach, needed=fallback, tabulated=False)
+
+
+@functools.cache
+def _warn_untabulated(support: int, epsilon: float, alpha: float, beta: float) -> None:
+    _log.warning(
+        "support %d, TV %g, threshold %.3g, beta %g lies outside the e-process power table: sized at %g x the Pearson "
+        "design (measured, not proved; docs/statistics.md §7)",
+        support,
+        epsilon,
+        1.0 / alpha,
+        beta,
+        PEARSON_FALLBACK_FACTOR,
+    )
+
+
+def design_epsilon(support: int, n: float, alpha: float, beta: float) -> float:
+    """Smallest TV distance the design of ``plan_test`` detects with n observations (its inverse): the smallest
+    tabulated epsilon whose lookup needs at most n, else the Pearson fallback's inverse; inf when n <= 0."""
+    if n <= 0:
+        return math.inf
+    floor = 0.0
+    for epsilon in tabulated_epsilons():
+        needed = eprocess_needed(support, epsilon, 1.0 / alpha, beta)
+        if needed is not None and needed <= n:
+            return epsilon
+        floor = epsilon if needed is not None else floor  # the table covers this check: never claim below its last row
+    return max(floor, detectable_epsilon(support, n / PEARSON_FALLBACK_FACTOR, alpha, beta))
 
 
 def trials_for_observations(needed: int, reach: float, shortfall: float, *, limit: int | None = None) -> float:
@@ -207,3 +250,41 @@ def pearson_statistic(counts: NDArray[np.integer], p0: NDArray[np.floating]) -> 
     n = c.sum(axis=-1, keepdims=True)
     result: FloatArray = ((c - n * p) ** 2 / (n * p)).sum(axis=-1)
     return result
+
+
+def least_favourable(support: int, epsilon: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(p0, p1): p0 uniform on ``support`` cells, p1 = p0 (1 + 2 eps) on one half and p0 (1 - 2 eps) on the other.
+
+    TV(p0, p1) = epsilon and chi^2(p1 || p0) = 4 epsilon^2, the least any law at TV epsilon has (docs/statistics.md §7).
+    For odd ``support`` the last cell keeps p0 (TV still epsilon, chi^2 a little above 4 epsilon^2); the table uses even supports.
+    """
+    if support < 2 or not 0 < epsilon <= 0.5:
+        raise ValueError("support >= 2 and epsilon in (0, 0.5] are required")
+    p0 = np.full(support, 1.0 / support)
+    half = support // 2
+    shift = epsilon / half  # each of the ``half`` cells gains (or loses) shift: TV = half * shift = epsilon
+    if shift > 1.0 / support:
+        raise ValueError("epsilon too large for this support")
+    p1 = p0.copy()
+    p1[:half] += shift
+    p1[half : 2 * half] -= shift
+    return p0, p1
+
+
+def count_misses(
+    support: int, epsilon: float, threshold: float, *, n: int, runs: int, rng: np.random.Generator, stop_at: int | None = None
+) -> int:
+    """Runs, of ``runs`` drawn with n observations from ``least_favourable``, whose e-process stays below ``threshold``.
+
+    The e-value is ``stats.log_e_dirichlet_mixture``, the function the suite itself calls. Counting stops once
+    ``stop_at`` misses are seen (the search for the smallest n needs only to know whether there was one).
+    """
+    p0, p1 = least_favourable(support, epsilon)
+    log_t = math.log(threshold)
+    missed = 0
+    for row in rng.multinomial(n, p1, size=runs):
+        if log_e_dirichlet_mixture(row, p0) < log_t:
+            missed += 1
+            if stop_at is not None and missed >= stop_at:
+                break
+    return missed

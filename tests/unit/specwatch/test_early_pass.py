@@ -447,7 +447,7 @@ class _Phased(_LawExperiment):
 def test_a_pass_at_the_cap_names_the_check_that_held_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The undesigned check's e-process passed T^(1/3) during its bad phase, then fell back below it: the hold is
     sticky, so the case runs to its cap, passes there and names the check; without the hold it passes early."""
-    result = run_case(_case(_Phased(0.1, 480)), _Phased(0.1, 480), SuiteConfig(seed=0), 100)
+    result = run_case(_case(_Phased(0.12, 480)), _Phased(0.12, 480), SuiteConfig(seed=0), 100)
     assert (result.verdict, result.early_pass, result.n_trials) == (Verdict.PASS, False, result.trial_cap)
     held = next(c for c in result.checks if c.name == "lossless/u0")
     assert held.log_e_value is not None
@@ -457,7 +457,7 @@ def test_a_pass_at_the_cap_names_the_check_that_held_it(monkeypatch: pytest.Monk
     assert f"; no early pass: lossless/u0 (log E {held.log_e_value:.1f}) reached the hold level log E 4.6" in result.reason
     assert result.reason.endswith("; not designed at TV 0.1 (no power claim): lossless/u0")
     monkeypatch.setattr(early_pass, "HOLD_FRACTION", math.inf)
-    free = run_case(_case(_Phased(0.1, 480)), _Phased(0.1, 480), SuiteConfig(seed=0), 100)
+    free = run_case(_case(_Phased(0.12, 480)), _Phased(0.12, 480), SuiteConfig(seed=0), 100)
     assert (free.verdict, free.early_pass) == (Verdict.PASS, True)
     assert "no early pass" not in free.reason
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from specwatch.eprocess_power import count_misses, eprocess_needed, least_favourable, load_table
+from specwatch.eprocess_power import eprocess_needed, load_table
+from specwatch.stats import count_misses, least_favourable
 
 
 def _row(support: int, epsilon: float, threshold: float) -> int:
@@ -28,7 +31,8 @@ def test_lookup_returns_a_grid_point_and_rounds_every_argument_the_conservative_
     beta = float(load_table()["beta_bound"])
     exact = eprocess_needed(16, 0.05, 1e5, beta)
     assert exact >= _row(16, 0.05, 1e5)
-    assert exact == max(_row(k, e, t) for k in (2, 4, 16) for e in (0.05, 0.1) for t in (1e3, 1e5))
+    rows = load_table()["rows"]
+    assert exact == max(r["needed"] for r in rows if r["support"] <= 16 and r["epsilon"] >= 0.05 and r["threshold"] <= 1e5)
     # A smaller support, a larger epsilon, a lower threshold: never fewer than the grid point above.
     assert eprocess_needed(10, 0.07, 3e4, beta) == eprocess_needed(16, 0.05, 1e5, beta)
     assert eprocess_needed(10, 0.07, 3e4, beta) >= _row(16, 0.1, 1e5)
@@ -55,3 +59,23 @@ def test_the_tabulated_n_misses_at_most_the_claimed_rate_and_half_of_it_misses_o
     rng = np.random.default_rng(39)
     assert count_misses(2, 0.1, 1e3, n=n, runs=2000, rng=rng) <= 8
     assert count_misses(2, 0.1, 1e3, n=n // 2, runs=2000, rng=rng) > 8
+
+
+def test_more_observations_than_tabulated_miss_no_more_often():
+    """A check of reach < 1 holds more than its tabulated n at the cap: the miss rate there is still within the bound
+    (computed: the e-value is not monotone in n, so this is measured, docs/statistics.md §7)."""
+    n = _row(16, 0.1, 1e5)
+    rng = np.random.default_rng(391)
+    assert count_misses(16, 0.1, 1e5, n=math.ceil(1.3 * n), runs=2000, rng=rng) <= 8
+    assert count_misses(16, 0.1, 1e5, n=n // 2, runs=2000, rng=rng) > 8
+
+
+def test_the_table_is_a_full_grid_covering_the_profiles():
+    rows = load_table()["rows"]
+    supports = {r["support"] for r in rows}
+    epsilons = {r["epsilon"] for r in rows}
+    thresholds = {r["threshold"] for r in rows}
+    assert len(rows) == len(supports) * len(epsilons) * len(thresholds)
+    assert {0.02, 0.03, 0.05, 0.1, 0.3} <= epsilons  # the profiles' TVs; 0.3: the vLLM and SGLang interpreter cases
+    assert max(supports) >= 1024
+    assert max(thresholds) >= 1e7  # a 400-check run at alpha = 1e-4: T = 4e6

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from specwatch.eprocess_power import eprocess_needed, load_table, tabulated_epsilons
 from specwatch.stats import (
     KAPPA_GRID,
-    SEQUENTIAL_INFLATION,
+    PEARSON_FALLBACK_FACTOR,
+    design_epsilon,
     detectable_epsilon,
     log_e_dirichlet_mixture,
     pearson_sample_size,
@@ -82,9 +85,36 @@ def test_pearson_sample_size_matches_the_design_table(support, epsilon, expected
 def test_design_inverts_to_its_epsilon():
     n = pearson_sample_size(64, 0.03, 1e-5, 1e-3)
     assert detectable_epsilon(64, n, 1e-5, 1e-3) == pytest.approx(0.03, rel=1e-3)
+
+
+def test_the_plan_reads_the_e_process_power_table_and_inverts_to_its_epsilon():
     design = plan_test(64, 0.25, 0.03, 1e-5, 1e-3)
-    assert design.needed == math.ceil(SEQUENTIAL_INFLATION * n)
+    assert design.tabulated
+    assert design.needed == eprocess_needed(64, 0.03, 1e5, 1e-3)
     assert design.trials() == pytest.approx(design.needed / 0.25)
+    assert design_epsilon(64, design.needed, 1e-5, 1e-3) == 0.03
+    assert design_epsilon(64, design.needed - 1, 1e-5, 1e-3) > 0.03
+    # Never below what the table's largest epsilon needs, however few the observations.
+    assert design_epsilon(64, 10, 1e-5, 1e-3) >= max(tabulated_epsilons())
+
+
+def test_outside_the_table_the_plan_falls_back_to_twice_pearson_and_says_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="specwatch.stats"):
+        design = plan_test(50_000, 1.0, 0.05, 1e-5, 1e-3)
+    assert not design.tabulated
+    assert design.needed == math.ceil(PEARSON_FALLBACK_FACTOR * pearson_sample_size(50_000, 0.05, 1e-5, 1e-3))
+    assert "outside the e-process power table" in caplog.text
+    assert design_epsilon(50_000, design.needed, 1e-5, 1e-3) == pytest.approx(0.05, rel=1e-3)
+
+
+def test_the_fallback_factor_covers_every_row_of_the_table():
+    """The fallback's factor is what the e-process needed over Pearson on every simulated row: a smaller factor fails."""
+    table = load_table()
+    ratios = [
+        row["needed"] / pearson_sample_size(int(row["support"]), row["epsilon"], 1.0 / row["threshold"], 1e-3) for row in table["rows"]
+    ]
+    assert max(ratios) <= PEARSON_FALLBACK_FACTOR
+    assert max(ratios) > 0.8 * PEARSON_FALLBACK_FACTOR
 
 
 def _sequential_rejects(counts_stream: np.ndarray, p0: np.ndarray, log_threshold: float) -> bool:
