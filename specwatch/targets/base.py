@@ -284,7 +284,7 @@ class Emitted(Rounds, Protocol):
     def tokens(self) -> Sequence[int]: ...
 
 
-class GreedyEquivalence(LibraryExperiment):
+class GreedyEquivalence(LibraryExperiment, ABC):
     """Temperature 0: the path's output equals greedy decoding of the float64 reference, token for token, on random
     prompts (``prompts`` of them; one whose reference meets a top-2 gap under :data:`GREEDY_GAP` is left out). The
     first prompt that differs is the violation, named with both outputs. A subclass draws a prompt (``prompt``), gives
@@ -302,14 +302,17 @@ class GreedyEquivalence(LibraryExperiment):
     def fixed_trials(self) -> int:
         return self.prompts
 
+    @abstractmethod
     def prompt(self, generator: torch.Generator) -> list[int]:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def reference(self, prompt: list[int]) -> tuple[list[int], float]:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def call(self, prompt: list[int]) -> Emitted:
-        raise NotImplementedError
+        """See the class docstring."""
 
     def finish(self, trials: Sequence[Emitted]) -> None:
         """Refuse the calls as a whole (raise), or accept them; by default accept."""
