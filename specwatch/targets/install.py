@@ -38,6 +38,7 @@ from specwatch.protocol import ExitStatus
 from specwatch.sandbox import built_release, may_be_kernels_only, release_folder_name
 from specwatch.targets import TargetError
 from specwatch.targets.install_errors import CONFLICT, INSTALL_CAUSES, InstallError, install_failure
+from specwatch.targets.interpreter_wheels import STUB_FOLDER, stub_wheels
 from specwatch.targets.registry import hook, normalize, registry
 
 __all__ = ["INSTALL_CAUSES", "InstallError", "install_failure", "pip_install", "rerun_with", "source_path"]
@@ -255,9 +256,11 @@ def _keep_interpreter_builds(target: Path) -> None:
 def _pip_target(
     requirements: list[str], target: Path, constraints: Path, pins: dict[str, str], *, no_deps: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """``pip install --target`` with ``pins`` as constraints; its debug log in ``target/.pip.log`` (what it met at
-    the index: how :func:`install_failure` tells an unreachable index from a missing distribution)."""
+    """``pip install --target`` with ``pins`` as constraints, each given to pip as the interpreter's metadata-only
+    wheel (:mod:`.interpreter_wheels`: never fetched from the index); its debug log in ``target/.pip.log`` (what it
+    met at the index: how :func:`install_failure` tells an unreachable index from a missing distribution)."""
     (target / _PIP_LOG).unlink(missing_ok=True)
+    stubs = [] if no_deps else stub_wheels(pins, target / STUB_FOLDER)
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
     cmd = [
         sys.executable,
@@ -275,8 +278,12 @@ def _pip_target(
         str(constraints),
         *(["--no-deps"] if no_deps else []),
         *requirements,
+        *map(str, stubs),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    finally:
+        _remove_tree(target / STUB_FOLDER)
 
 
 def build_checkout_tree(checkout: Path) -> Path:

@@ -5,6 +5,7 @@ backend (nothing to download to read their metadata)."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,19 @@ def test_each_commit_gets_the_dependency_versions_it_declares(index: PackageInde
     assert (new_env / "toydep" / "__init__.py").read_text() == "VERSION = '2.0'\n"
     assert (new_env / "toydep_extra").is_dir()
     assert not (old_env / "toydep_extra").exists()
+
+
+def test_a_checkout_needing_torch_resolves_against_the_interpreters_torch_the_index_lacks(
+    index: PackageIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local index has no torch, numpy or scipy (as PyPI has no ``+cpu`` torch) and pip knows no other place
+    (no configuration files, no find-links): the set resolves, without them and without asking for them."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(name, raising=False)
+    resolved = resolve(checkout(tmp_path / "t", ["torch>=1", "numpy", "toydep==1.0"]), tmp_path / "t.json")
+    assert resolved["requirements"] == ["toydep==1.0"]
+    assert not any(path.startswith(("/simple/torch", "/simple/numpy")) for path in index.requests)
 
 
 def test_commits_with_the_same_resolved_set_share_one_environment(

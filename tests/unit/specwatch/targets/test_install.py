@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specwatch.targets.install import KERNELS_ONLY_MARKER, interpreter_env, kernels_only, pip_install
+from specwatch.targets.install import KERNELS_ONLY_MARKER, InstallError, interpreter_env, kernels_only, pip_install, shared_pins
+from specwatch.targets.interpreter_wheels import stub_wheels
 
 pytestmark = pytest.mark.unit
 
@@ -71,6 +72,41 @@ def test_a_release_capping_numpy_below_the_interpreters_is_resolved_with_torch_p
     assert not {n for n in names if n.startswith("numpy")}  # the interpreter's numpy runs
     marker = (folder / ".specwatch-complete").read_text()
     assert f"unpinned: numpy (the interpreter's {np.__version__} is used)" in marker
+
+
+def test_a_release_needing_torch_resolves_against_the_interpreters_own_builds_the_index_lacks(index: Path) -> None:
+    """The index serves no torch, numpy or scipy at all (as PyPI serves no ``+cpu`` torch): the release still installs,
+    resolved against the interpreter's versions, and none of them (nor their stand-ins) is left in its folder."""
+    _wheel(index, "torch_user", "1.0", ("torch>=1", "numpy", "scipy>=1"))
+
+    folder = pip_install("torch_user==1.0", log=False)
+
+    names = {p.name for p in folder.iterdir()}
+    assert "torch_user" in names
+    assert not {n for n in names if n.startswith(("torch-", "numpy", "scipy", ".interpreter-wheels"))}
+    assert (folder / ".specwatch-complete").read_text() == "torch_user==1.0\n"
+
+
+def test_a_release_the_interpreters_torch_does_not_satisfy_still_fails_to_resolve(index: Path) -> None:
+    """The stand-ins carry the interpreter's exact versions: they hide no conflict."""
+    _wheel(index, "old_torch_user", "1.0", ("torch<1",))
+
+    with pytest.raises(InstallError) as raised:
+        pip_install("old_torch_user==1.0", log=False)
+    assert raised.value.cause == "conflict"
+
+
+def test_the_stand_in_wheels_carry_the_interpreters_versions_and_nothing_else(tmp_path: Path) -> None:
+    pins = shared_pins()
+    assert set(pins) == {"torch", "numpy", "scipy"}
+    for path in stub_wheels(pins, tmp_path):
+        with zipfile.ZipFile(path) as wheel:
+            members = wheel.namelist()
+            metadata_text = next(wheel.read(m).decode() for m in members if m.endswith("/METADATA"))
+        assert all(".dist-info/" in m for m in members)  # no code
+        name = metadata_text.split("Name: ")[1].splitlines()[0]
+        assert metadata_text.split("\nVersion: ")[1].splitlines()[0] == pins[name]
+        assert "Requires-Dist" not in metadata_text
 
 
 def test_vllm_0_34_without_cuda_installs_kernels_only(index: Path) -> None:
