@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--source", default=None, metavar="PATH", help="test a source checkout (its src/ first on PYTHONPATH)")
     run.add_argument("--cases", action="append", default=[], metavar="GLOB", help="case id glob (repeatable)")
-    run.add_argument("--quick", action="store_true", help="test every case at TV >= 0.1 (fewer trials)")
+    run.add_argument("--quick", action="store_true", help="test every case at TV >= 0.05 (fewer trials)")
     run.add_argument("--alpha", type=_positive_float, default=1e-4, help="family-wise false-alarm rate of the run")
     run.add_argument("--beta", type=_positive_float, default=1e-3, help="miss rate at the design TV distance")
     run.add_argument("--epsilon", type=_positive_float, default=None, help="TV distance to detect (overrides cases)")

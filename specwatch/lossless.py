@@ -123,7 +123,7 @@ def check_lossless(
 
     ``alpha``: the family-wise false-alarm rate of the call (every check of every case shares it).
     ``budget_s``: about how long the call may take, shared evenly by the cases; a case stopped by it passes
-    with ``powered`` false (it could not rule out a TV as small as designed). ``quick``: every case at TV 0.1
+    with ``powered`` false (it could not rule out a TV as small as designed). ``quick``: every case at TV 0.05 at least
     (far fewer trials); ``epsilon``: the TV distance every case is designed to detect instead of its own.
     ``seed``: every case's seed derives from it, and the global generators a sampler may draw from (``random``,
     ``np.random``, torch's) are seeded from it per case, so a failure reproduces exactly, in this process as in

@@ -141,7 +141,7 @@ class LibraryMutant:
     apply: Callable[[], None]
     #: The end-to-end cases it is planted in (the paths whose code it changes).
     cases: tuple[str, ...]
-    #: Whether ``--quick`` (TV 0.1) is designed to catch it; a small effect needs the default profile's design.
+    #: Whether ``--quick`` (TV 0.05) is designed to catch it; a small effect needs the default profile's design.
     quick: bool = True
 
 
