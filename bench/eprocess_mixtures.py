@@ -60,10 +60,13 @@ Alternatives (``stats.least_favourable`` is the one the power table uses):
 - ``one-cell``: p0 Zipf; the least likely cell gains eps, every other cell loses in proportion to p0.
 
 The same random draws feed every candidate (common random numbers), so differences between candidates are sharper
-than each interval. Seeded by (``--seed``, k, eps, alternative). Run (about 15-20 min on one core)::
+than each interval. Seeded by (``--seed``, k, eps, alternative). The figures in docs/statistics.md (§4, "The mixture,
+reconsidered") came from these three runs, one after the other on a loaded two-core machine (13.5, about 20 and
+5 min)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python bench/eprocess_mixtures.py
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python bench/eprocess_mixtures.py --validity
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python bench/eprocess_mixtures.py --supports 2,16,256 --runs 20000
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python bench/eprocess_mixtures.py --supports 1024 --runs 10000
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python bench/eprocess_mixtures.py --validity --validity-runs 20000
 """
 
 from __future__ import annotations
