@@ -929,8 +929,9 @@ MISS_HEADERS = (
     "TV/eps",
     "cap",
     *(f"misses: {rule} [95% CP]" for rule in MISS_RULES),
-    *(f"med stop/cap: {rule}" for rule in list(MISS_RULES)[1:]),
+    "(1-beta) rejection/cap",
 )
+CLEAN_HEADERS = ("support", "beside", "cap", "runs", *(f"mean stop/cap: {rule}" for rule in MISS_RULES), "alarms")
 
 
 def zipf(support: int) -> NDArray[np.float64]:
@@ -939,62 +940,108 @@ def zipf(support: int) -> NDArray[np.float64]:
     return result
 
 
-def miss_rate_section(supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int) -> None:
+@dataclass(frozen=True)
+class MissDesign:
+    """The simulated case of a miss-rate row: its measured check's null and planned observations, the partner (None:
+    alone), the case's cap and the runner's batches; ``levels`` as :func:`case_path` takes them."""
+
+    null: NDArray[np.float64]
+    planned: int
+    partner: Watched | None
+    cap: int
+    batches: list[int]
+    epsilon: float
+    levels: tuple[float, float, float]
+
+    def checks(self, law: NDArray[np.float64]) -> list[Watched]:
+        return [Watched(self.null, law, 1.0, self.planned), *([self.partner] if self.partner else [])]
+
+
+def miss_row(design: MissDesign, multiple: float, runs: int, beta: float, rng: np.random.Generator) -> list[str]:
+    """Misses per rule at TV ``multiple`` x epsilon, and the trials by which the e-process alone rejected all but a
+    fraction beta of the runs (on the batch grid; "> 1": more than beta were not rejected by the cap)."""
+    alt, _ = least_favourable(design.null, multiple * design.epsilon)
+    misses = dict.fromkeys(MISS_RULES, 0)
+    rejections = []
+    for _ in range(runs):
+        events = case_path(design.checks(alt), design.batches, design.epsilon, design.levels, rng)
+        caught = min((e.rejected for e in events if e.rejected is not None), default=None)
+        rejections.append(math.inf if caught is None else caught)
+        for rule, done in MISS_RULES.items():
+            misses[rule] += caught is None or caught > rule_stop(events, done, design.cap)
+    needed = float(np.quantile(np.array(rejections), 1.0 - beta, method="higher"))
+    cells = []
+    for k in misses.values():
+        low, high = clopper_pearson(k, runs)
+        cells.append(f"{k}/{runs} [{low:.2g}, {high:.2g}]")
+    return [f"{multiple:g}", f"{design.cap:,}", *cells, "> 1" if math.isinf(needed) else f"{needed / design.cap:.2f}"]
+
+
+def clean_row(design: MissDesign, runs: int, rng: np.random.Generator) -> list[str]:
+    """Where a clean case (every check at its null) stops under each rule, as a fraction of its cap, and its alarms."""
+    stops: dict[str, list[int]] = {rule: [] for rule in MISS_RULES}
+    alarms = 0
+    for _ in range(runs):
+        events = case_path(design.checks(design.null), design.batches, design.epsilon, design.levels, rng)
+        caught = min((e.rejected for e in events if e.rejected is not None), default=None)
+        alarms += caught is not None
+        for rule, done in MISS_RULES.items():
+            stop = rule_stop(events, done, design.cap)
+            stops[rule].append(stop if caught is None else min(stop, caught))
+    return [f"{design.cap:,}", f"{runs}", *(f"{statistics.mean(stops[r]) / design.cap:.2f}" for r in MISS_RULES), f"{alarms}"]
+
+
+def miss_rate_section(
+    supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int, clean_runs: int
+) -> None:
     """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) against the least-favourable alternative
     at TV multiple x epsilon, alone or beside a clean, rarer designed check (8 cells, reach ``PARTNER_REACH``) that sets
     the case's cap; caps, planned observations and batches as the runner's (``plan_test`` at threshold m / alpha,
     m = ``tests``; the binomial cap, ``trials_for_observations``; the early pass's batches). Four stop rules on the same
     runs (``MISS_RULES``), each with the hold (no stop once a check's ln E reached ln T / 3). A miss: no rejection of
     the measured check before the stop. Intervals: two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon:
-    beta (+ beta_pass with the pass statistic)."""
+    beta (+ beta_pass with the pass statistic). Then the same cases clean: where each rule stops them."""
     config = SuiteConfig()
     threshold = rejection_threshold(config.alpha, tests)
     levels = (math.log(threshold), -math.log(config.early_pass_beta), hold_level(math.log(threshold)))
     rng = np.random.default_rng(seed)
-    partner_null = zipf(8)
     partner_planned = plan_test(8, PARTNER_REACH, epsilon, 1.0 / threshold, config.beta).needed
-    partner = Watched(partner_null, partner_null, PARTNER_REACH, partner_planned)
+    partner = Watched(zipf(8), zipf(8), PARTNER_REACH, partner_planned)
     partner_cap = int(trials_for_observations(partner_planned, PARTNER_REACH, SHORTFALL_PROBABILITY))
     rows: list[list[str]] = []
+    clean: list[list[str]] = []
     for beside in (False, True):
         for support in supports:
-            null = zipf(support)
             planned = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
             cap = max(planned, partner_cap) if beside else planned
             batches = batch_schedule(cap, config, early_pass=True)
+            design = MissDesign(zipf(support), planned, partner if beside else None, cap, batches, epsilon, levels)
+            label = [f"{support}", f"8 cells, reach {PARTNER_REACH:g}" if beside else "alone"]
             for multiple in multiples:
-                alt, _ = least_favourable(null, multiple * epsilon)
-                checks = [Watched(null, alt, 1.0, planned), *([partner] if beside else [])]
                 started = time.perf_counter()
-                misses = dict.fromkeys(MISS_RULES, 0)
-                stops: dict[str, list[int]] = {rule: [] for rule in MISS_RULES}
-                for _ in range(runs):
-                    events = case_path(checks, batches, epsilon, levels, rng)
-                    caught = min((e.rejected for e in events if e.rejected is not None), default=None)
-                    for rule, done in MISS_RULES.items():
-                        stop = rule_stop(events, done, cap)
-                        misses[rule] += caught is None or caught > stop
-                        stops[rule].append(stop if caught is None else min(stop, caught))
-                intervals = {rule: clopper_pearson(k, runs) for rule, k in misses.items()}
-                rows.append(
-                    [
-                        f"{support}",
-                        f"8 cells, reach {PARTNER_REACH:g}" if beside else "alone",
-                        f"{multiple:g}",
-                        f"{cap:,}",
-                        *(f"{misses[r]}/{runs} [{intervals[r][0]:.2g}, {intervals[r][1]:.2g}]" for r in MISS_RULES),
-                        *(f"{statistics.median(stops[r]) / cap:.2f}" for r in list(MISS_RULES)[1:]),
-                    ]
-                )
+                rows.append(label + miss_row(design, multiple, runs, config.beta, rng))
                 print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+            started = time.perf_counter()
+            clean.append(label + clean_row(design, clean_runs, rng))
+            print(f"   ... clean: {' | '.join(clean[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+    settings = (
+        f"eps = {epsilon:g}; threshold m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, "
+        f"beta_pass = {config.early_pass_beta:g}, hold at ln E >= {levels[2]:.2f}; rules: cap = to the cap; planned = every "
+        "check has its planned observations; planned or pass = the runner's since suite 0.5; pass (0.4) = every check's "
+        "pass statistic (the runner's until 0.4)"
+    )
     print_table(
         f"0d. Miss rate by stop rule: one designed check (Zipf null, reach 1) at TV/eps x eps, alone or beside a clean "
-        f"8-cell check of reach {PARTNER_REACH:g} that sets the cap; eps = {epsilon:g}, {runs} runs per row; threshold "
-        f"m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, beta_pass = {config.early_pass_beta:g}, hold at "
-        f"ln E >= {levels[2]:.2f}",
+        f"8-cell check of reach {PARTNER_REACH:g} that sets the cap, {runs} runs per row; {settings}",
         MISS_HEADERS,
         rows,
         "r" * len(MISS_HEADERS),
+    )
+    print_table(
+        f"0d'. The same cases clean (every check at its null): mean stop over the cap by rule; {settings}",
+        CLEAN_HEADERS,
+        clean,
+        "r" * len(CLEAN_HEADERS),
     )
 
 
@@ -1051,6 +1098,7 @@ def main() -> None:
     parser.add_argument("--hold-null", action="store_true", help="only how often a clean check holds its case")
     parser.add_argument("--miss-runs", type=int, default=2000, help="runs per miss-rate row (default 2000)")
     parser.add_argument("--miss-epsilon", type=float, default=0.05, help="design TV of the miss-rate rows (default 0.05)")
+    parser.add_argument("--miss-clean-runs", type=int, default=1000, help="clean runs per miss-rate case (default 1000)")
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
@@ -1069,7 +1117,9 @@ def main() -> None:
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
         return
     if args.miss_rate:
-        miss_rate_section((2, 16, 256), (0.7, 0.9, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed)
+        miss_rate_section(
+            (2, 16, 256), (0.7, 0.9, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed, args.miss_clean_runs
+        )
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
         return
     if args.early_pass:
