@@ -18,12 +18,16 @@ Four measurements:
    independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
    alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
-0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells) at the cap
-   the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a ``--early-tests``-check run, the
-   runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the least-favourable alternative at 0.7, 1
-   and 1.5 x epsilon: misses by the cap, with the runner's early pass and hold, and with the early pass without
-   the hold, with two-sided 95 % Clopper-Pearson intervals, and the trials by which the e-process rejected all but
-   a fraction beta of the runs (docs/statistics.md §7).
+0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells), alone or
+   beside a clean 8-cell check of reach 0.1 or 0.3 (``--miss-beside``) that sets the case's cap, at the caps and
+   planned observations the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a
+   ``--early-tests``-check run, the runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the
+   least-favourable alternative at 0.7, 0.9, 1 and 1.5 x epsilon: misses under four stop rules read off the same runs
+   (to the cap; every check has its planned observations; planned observations or the pass statistic, the runner's
+   since suite 0.5; the pass statistic only, the runner's until 0.4; each with the hold), with two-sided 95 %
+   Clopper-Pearson intervals, and the trials by which the e-process rejected all but a fraction beta of the runs
+   (docs/statistics.md §7, §7a); then
+   ``--miss-clean-runs`` clean runs per case: where each rule stops it.
 
 0e. **Clean checks that hold** (``--hold-null``): how often a check's null e-process reaches the early pass's hold
    level, ln T / 3, within 32 looks (2,000 runs on 2, 8 and 64 cells).
@@ -55,7 +59,7 @@ Run (defaults fit in about 2 minutes on two cores)::
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/suite_power.py --design   # 200 runs per check, 2000 null runs
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 10000   # about 6 minutes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 5000   # about 10 minutes
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --quick          # 2 seeds, smaller Monte Carlo
@@ -940,6 +944,13 @@ def zipf(support: int) -> NDArray[np.float64]:
     return result
 
 
+#: The reaches of the clean 8-cell check beside which the miss-rate rows also measure a common check: a position reached
+#: by a tenth of the trials (like the later draft positions of the reference battery's chain steps: it sets the cap and
+#: is done after the common check), and by three tenths (done by its pass statistic before the common check has its
+#: planned observations, so that the common check's own planned observations end the case).
+PARTNER_REACHES = (0.1, 0.3)
+
+
 @dataclass(frozen=True)
 class MissDesign:
     """The simulated case of a miss-rate row: its measured check's null and planned observations, the partner (None:
@@ -992,11 +1003,18 @@ def clean_row(design: MissDesign, runs: int, rng: np.random.Generator) -> list[s
 
 
 def miss_rate_section(
-    supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int, clean_runs: int
+    supports: Sequence[int],
+    multiples: Sequence[float],
+    epsilon: float,
+    runs: int,
+    tests: int,
+    seed: int,
+    clean_runs: int,
+    beside: Sequence[float] = PARTNER_REACHES,
 ) -> None:
     """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) against the least-favourable alternative
-    at TV multiple x epsilon, alone or beside a clean, rarer designed check (8 cells, reach ``PARTNER_REACH``) that sets
-    the case's cap; caps, planned observations and batches as the runner's (``plan_test`` at threshold m / alpha,
+    at TV multiple x epsilon, alone or beside a clean, rarer designed check (8 cells, each reach of ``beside``) that
+    sets the case's cap; caps, planned observations and batches as the runner's (``plan_test`` at threshold m / alpha,
     m = ``tests``; the binomial cap, ``trials_for_observations``; the early pass's batches). Four stop rules on the same
     runs (``MISS_RULES``), each with the hold (no stop once a check's ln E reached ln T / 3). A miss: no rejection of
     the measured check before the stop. Intervals: two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon:
@@ -1005,18 +1023,19 @@ def miss_rate_section(
     threshold = rejection_threshold(config.alpha, tests)
     levels = (math.log(threshold), -math.log(config.early_pass_beta), hold_level(math.log(threshold)))
     rng = np.random.default_rng(seed)
-    partner_planned = plan_test(8, PARTNER_REACH, epsilon, 1.0 / threshold, config.beta).needed
-    partner = Watched(zipf(8), zipf(8), PARTNER_REACH, partner_planned)
-    partner_cap = int(trials_for_observations(partner_planned, PARTNER_REACH, SHORTFALL_PROBABILITY))
     rows: list[list[str]] = []
     clean: list[list[str]] = []
-    for beside in (False, True):
+    for reach in (None, *beside):
+        partner = None
+        if reach is not None:
+            partner = Watched(zipf(8), zipf(8), reach, plan_test(8, reach, epsilon, 1.0 / threshold, config.beta).needed)
         for support in supports:
             planned = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
-            cap = max(planned, partner_cap) if beside else planned
-            batches = batch_schedule(cap, config, early_pass=True)
-            design = MissDesign(zipf(support), planned, partner if beside else None, cap, batches, epsilon, levels)
-            label = [f"{support}", f"8 cells, reach {PARTNER_REACH:g}" if beside else "alone"]
+            cap = planned
+            if partner is not None:
+                cap = max(planned, int(trials_for_observations(partner.planned, partner.reach, SHORTFALL_PROBABILITY)))
+            design = MissDesign(zipf(support), planned, partner, cap, batch_schedule(cap, config, early_pass=True), epsilon, levels)
+            label = [f"{support}", "alone" if reach is None else f"8 cells, reach {reach:g}"]
             for multiple in multiples:
                 started = time.perf_counter()
                 rows.append(label + miss_row(design, multiple, runs, config.beta, rng))
@@ -1032,7 +1051,7 @@ def miss_rate_section(
     )
     print_table(
         f"0d. Miss rate by stop rule: one designed check (Zipf null, reach 1) at TV/eps x eps, alone or beside a clean "
-        f"8-cell check of reach {PARTNER_REACH:g} that sets the cap, {runs} runs per row; {settings}",
+        f"8-cell check of a smaller reach that sets the cap, {runs} runs per row; {settings}",
         MISS_HEADERS,
         rows,
         "r" * len(MISS_HEADERS),
@@ -1043,11 +1062,6 @@ def miss_rate_section(
         clean,
         "r" * len(CLEAN_HEADERS),
     )
-
-
-#: The reach of the clean check beside which the miss-rate rows measure a common check (a position reached by a tenth
-#: of the trials, like the later draft positions of the reference battery's chain steps).
-PARTNER_REACH = 0.1
 
 
 def hold_null_section(supports: Sequence[int], runs: int, tests: int, seed: int) -> None:
@@ -1099,6 +1113,9 @@ def main() -> None:
     parser.add_argument("--miss-runs", type=int, default=2000, help="runs per miss-rate row (default 2000)")
     parser.add_argument("--miss-epsilon", type=float, default=0.05, help="design TV of the miss-rate rows (default 0.05)")
     parser.add_argument("--miss-clean-runs", type=int, default=1000, help="clean runs per miss-rate case (default 1000)")
+    parser.add_argument(
+        "--miss-beside", type=float, action="append", default=None, help="reach of the rarer clean check (repeatable; default 0.1, 0.3)"
+    )
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
