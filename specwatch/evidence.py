@@ -125,6 +125,7 @@ class CaseEvidence:
         return may_stop_early((self.check_done(c) for c in watched), live, self.log_threshold)
 
     def check_done(self, check: CheckSpec) -> bool:
+        """The check passed early, has its planned observations (at a batch end, sticky) or its layer failed."""
         return check.name in self.passed_at or check.name in self.planned_at or self.failed(check.layer)
 
     def holding(self) -> list[str]:

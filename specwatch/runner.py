@@ -1,4 +1,5 @@
-"""Runs cases: batches of trials until a check rejects or the planned cap, then a frozen result.
+"""Runs cases: batches of trials until a check rejects, every designed check is done (the early pass) or the planned
+cap, then a frozen result.
 
 The evidence of a case and how it is judged live in :mod:`specwatch.evidence`; this module plans the
 trials, draws the batches and assembles the run.
