@@ -307,9 +307,7 @@ def case_result(
     # passed early (backed by its pass statistic, docs/statistics.md §7a); a failure needs none.
     claimed = _claimed(checks, failure, designed)
     backing = [c for c in checks if c.name in designed and c.layer in claimed]
-    powered = not (timed_out and failure is None) and all(
-        c.passed_at is not None or (c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9)) for c in backing
-    )
+    powered = not (timed_out and failure is None) and all(_backs(c, epsilon) for c in backing)
     early = failure in (None, Failure.CONFORMANCE) and passed_early(experiment, state) and state.trials < cap
     reason = (
         early_reason(state, [c for c in experiment.checks if c.name in state.pass_log], cap, epsilon)
@@ -360,6 +358,11 @@ def case_result(
         pass_threshold=None if state.pass_log_threshold is None else math.exp(state.pass_log_threshold),
         stopped_by=_stopped_by(state, early=early, timed_out=timed_out),
     )
+
+
+def _backs(check: CheckResult, epsilon: float) -> bool:
+    """A designed check backs a pass at TV ``epsilon``: it passed early, or its observations detect ``epsilon``."""
+    return check.passed_at is not None or (check.design_epsilon is not None and check.design_epsilon <= epsilon * (1 + 1e-9))
 
 
 def _stopped_by(state: CaseEvidence, *, early: bool, timed_out: bool) -> Stop:
