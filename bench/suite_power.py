@@ -18,12 +18,16 @@ Four measurements:
    independence), each run to its caps; an alarm is any check reaching the threshold. Also at a larger
    alpha (``--null-alpha``), where alarms are frequent enough to compare with alpha.
 
-0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells) at the cap
-   the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a ``--early-tests``-check run, the
-   runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the least-favourable alternative at 0.7, 1
-   and 1.5 x epsilon: misses by the cap, with the runner's early pass and hold, and with the early pass without
-   the hold, with two-sided 95 % Clopper-Pearson intervals, and the trials by which the e-process rejected all but
-   a fraction beta of the runs (docs/statistics.md §7).
+0d. **Miss rate** (``--miss-rate``): one designed check of reach 1 (Zipf null on 2, 16 and 256 cells), alone or
+   beside a clean 8-cell check of reach 0.1 or 0.3 (``--miss-beside``) that sets the case's cap, at the caps and
+   planned observations the design gives at ``--miss-epsilon`` (default 0.05) and the threshold of a
+   ``--early-tests``-check run, the runner's early-pass batches, ``--miss-runs`` runs (default 2000) of the
+   least-favourable alternative at 0.7, 0.9, 1 and 1.5 x epsilon: misses under four stop rules read off the same runs
+   (to the cap; every check has its planned observations; planned observations or the pass statistic, the runner's
+   since suite 0.5; the pass statistic only, the runner's until 0.4; each with the hold), with two-sided 95 %
+   Clopper-Pearson intervals, and the trials by which the e-process rejected all but a fraction beta of the runs
+   (docs/statistics.md §7, §7a); then
+   ``--miss-clean-runs`` clean runs per case: where each rule stops it.
 
 0e. **Clean checks that hold** (``--hold-null``): how often a check's null e-process reaches the early pass's hold
    level, ln T / 3, within 32 looks (2,000 runs on 2, 8 and 64 cells).
@@ -55,7 +59,7 @@ Run (defaults fit in about 2 minutes on two cores)::
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/suite_power.py --design   # 200 runs per check, 2000 null runs
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 10000   # about 6 minutes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --miss-rate --miss-runs 5000   # about 10 minutes
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --seeds 10 --mc-trials 4000000
     OMP_NUM_THREADS=1 .venv/bin/python bench/suite_power.py --quick          # 2 seeds, smaller Monte Carlo
@@ -73,7 +77,7 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -86,9 +90,9 @@ from specwatch.early_pass import hold_level, log_pass_statistic
 from specwatch.experiments import ChainExperiment, CheckSpec
 from specwatch.mutants import MUTANTS, Mutant
 from specwatch.protocol import CaseResult, Verdict
-from specwatch.runner import EARLY_PASS_LOOKS, Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
+from specwatch.runner import EARLY_PASS_LOOKS, SHORTFALL_PROBABILITY, Progress, SuiteConfig, designed_checks, run_case, run_suite, trial_cap
 from specwatch.sampling import Sampler, reference_sampler
-from specwatch.stats import log_e_dirichlet_mixture, pearson_noncentrality, plan_test, rejection_threshold
+from specwatch.stats import log_e_dirichlet_mixture, pearson_noncentrality, plan_test, rejection_threshold, trials_for_observations
 
 THROUGHPUT_CASES = ("direct/far_apart/V64/g3", "direct/llm_like/V1024/g4", "direct/large_vocab/V50257/g1")
 MC_BATCH = 1 << 16
@@ -850,106 +854,213 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return low, high
 
 
-def held_run(
-    law: NDArray[np.float64],
-    null: NDArray[np.float64],
-    batches: Sequence[int],
-    epsilon: float,
-    levels: tuple[float, float, float],
-    rng: np.random.Generator,
-) -> tuple[int | None, int | None, int | None]:
-    """One check run to its cap (or its rejection) on counts from ``law``: (trials at the rejection, at the early pass,
-    at the first batch end where the running maximum of ln E reached the hold level); ``levels``: ln of the rejection
-    threshold, of 1 / beta_pass and the hold level (ln T / 3, docs/statistics.md §7a). The run goes on past the pass,
-    so that the rules with and without the early pass are read off the same run."""
+@dataclass(frozen=True)
+class Watched:
+    """One designed check of a simulated case: its null, the law its observations follow, its reach (observations per
+    trial: Binomial(batch, reach) per batch below 1) and the observations its design plans."""
+
+    null: NDArray[np.float64]
+    law: NDArray[np.float64]
+    reach: float
+    planned: int
+
+
+@dataclass
+class PathEvents:
+    """A check's batch ends of one run (trials; None: never): its rejection, its pass statistic's crossing, its planned
+    observations reached, its running maximum of ln E reaching the hold level."""
+
+    rejected: int | None = None
+    passed: int | None = None
+    planned: int | None = None
+    held: int | None = None
+
+
+def case_path(
+    checks: Sequence[Watched], batches: Sequence[int], epsilon: float, levels: tuple[float, float, float], rng: np.random.Generator
+) -> list[PathEvents]:
+    """One run of a case's checks to its cap, or to the first rejection of any check (every rule that has not stopped by
+    then catches the bug there); ``levels``: ln of the rejection threshold, of 1 / beta_pass and the hold level
+    (ln T / 3, docs/statistics.md §7a). The pass statistic is followed until it crosses, so that every rule is read off
+    the same run."""
     log_threshold, log_pass, log_hold = levels
-    counts = np.zeros(len(null), dtype=np.int64)
-    trials, rejected, passed, held = 0, None, None, None
+    counts = [np.zeros(len(c.null), dtype=np.int64) for c in checks]
+    events = [PathEvents() for _ in checks]
+    trials = 0
     for n in batches:
         trials += n
-        counts += rng.multinomial(n, law)
-        log_e = log_e_dirichlet_mixture(counts, null)
-        if held is None and log_e >= log_hold:
-            held = trials
-        if log_e >= log_threshold:
-            rejected = trials
+        for check, seen, event in zip(checks, counts, events, strict=True):
+            observed = n if check.reach >= 1 else int(rng.binomial(n, check.reach))
+            np.add(seen, rng.multinomial(observed, check.law), out=seen)
+            log_e = log_e_dirichlet_mixture(seen, check.null)
+            if event.held is None and log_e >= log_hold:
+                event.held = trials
+            if log_e >= log_threshold:
+                event.rejected = trials
+            if event.planned is None and seen.sum() >= check.planned:
+                event.planned = trials
+            if event.passed is None and log_pass_statistic(seen, check.null, epsilon, target=log_pass) >= log_pass:
+                event.passed = trials
+        if any(e.rejected is not None for e in events):
             break
-        if passed is None and log_pass_statistic(counts, null, epsilon, target=log_pass) >= log_pass:
-            passed = trials
-    return rejected, passed, held
+    return events
+
+
+def rule_stop(events: Sequence[PathEvents], done: Callable[[PathEvents], int | None], cap: int) -> int:
+    """Where a case stops under a rule: the first batch end at which every check is ``done``, unless a check's
+    evidence reached the hold level by then (the hold is sticky: then the cap)."""
+    times = [done(e) for e in events]
+    if any(t is None for t in times):
+        return cap
+    stop = max(t for t in times if t is not None)
+    held = min((e.held for e in events if e.held is not None), default=None)
+    return cap if held is not None and held <= stop else min(stop, cap)
+
+
+#: The stop rules of the miss-rate table: (a) to the cap; (b) every check has its planned observations; (c) the suite's
+#: rule since 0.5, (b) or the pass statistic, per check; (d) the suite's rule until 0.4, the pass statistic only.
+MISS_RULES: dict[str, Callable[[PathEvents], int | None]] = {
+    "cap": lambda e: None,
+    "planned": lambda e: e.planned,
+    "planned or pass": lambda e: min((t for t in (e.planned, e.passed) if t is not None), default=None),
+    "pass (0.4)": lambda e: e.passed,
+}
 
 
 MISS_HEADERS = (
     "support",
+    "beside",
     "TV/eps",
     "cap",
-    "misses at cap",
-    "95% CP",
-    "misses early+hold",
-    "95% CP",
-    "misses early, no hold",
-    "med stop/cap",
+    *(f"misses: {rule} [95% CP]" for rule in MISS_RULES),
     "(1-beta) rejection/cap",
 )
+CLEAN_HEADERS = ("support", "beside", "cap", "runs", *(f"mean stop/cap: {rule}" for rule in MISS_RULES), "alarms")
 
 
-def miss_rate_section(supports: Sequence[int], multiples: Sequence[float], epsilon: float, runs: int, tests: int, seed: int) -> None:
-    """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) at the cap the design gives
-    (``plan_test``: the e-process power table at threshold m / alpha, m = ``tests``), with the
-    runner's early-pass batches, against the least-favourable alternative at TV multiple x epsilon. Three rules on
-    the same runs: the e-process to the cap alone; the runner's (early pass at epsilon with beta_pass = 1e-3, held
-    while ln E >= ln T / 3); the early pass without the hold. A miss: no rejection before the stop. Intervals:
-    two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon: beta (+ beta_pass with the early pass)."""
+def zipf(support: int) -> NDArray[np.float64]:
+    null = 1.0 / np.arange(1, support + 1)
+    result: NDArray[np.float64] = null / null.sum()
+    return result
+
+
+#: The reaches of the clean 8-cell check beside which the miss-rate rows also measure a common check: a position reached
+#: by a tenth of the trials (like the later draft positions of the reference battery's chain steps: it sets the cap and
+#: is done after the common check), and by three tenths (done by its pass statistic before the common check has its
+#: planned observations, so that the common check's own planned observations end the case).
+PARTNER_REACHES = (0.1, 0.3)
+
+
+@dataclass(frozen=True)
+class MissDesign:
+    """The simulated case of a miss-rate row: its measured check's null and planned observations, the partner (None:
+    alone), the case's cap and the runner's batches; ``levels`` as :func:`case_path` takes them."""
+
+    null: NDArray[np.float64]
+    planned: int
+    partner: Watched | None
+    cap: int
+    batches: list[int]
+    epsilon: float
+    levels: tuple[float, float, float]
+
+    def checks(self, law: NDArray[np.float64]) -> list[Watched]:
+        return [Watched(self.null, law, 1.0, self.planned), *([self.partner] if self.partner else [])]
+
+
+def miss_row(design: MissDesign, multiple: float, runs: int, beta: float, rng: np.random.Generator) -> list[str]:
+    """Misses per rule at TV ``multiple`` x epsilon, and the trials by which the e-process alone rejected all but a
+    fraction beta of the runs (on the batch grid; "> 1": more than beta were not rejected by the cap)."""
+    alt, _ = least_favourable(design.null, multiple * design.epsilon)
+    misses = dict.fromkeys(MISS_RULES, 0)
+    rejections = []
+    for _ in range(runs):
+        events = case_path(design.checks(alt), design.batches, design.epsilon, design.levels, rng)
+        caught = min((e.rejected for e in events if e.rejected is not None), default=None)
+        rejections.append(math.inf if caught is None else caught)
+        for rule, done in MISS_RULES.items():
+            misses[rule] += caught is None or caught > rule_stop(events, done, design.cap)
+    needed = float(np.quantile(np.array(rejections), 1.0 - beta, method="higher"))
+    cells = []
+    for k in misses.values():
+        low, high = clopper_pearson(k, runs)
+        cells.append(f"{k}/{runs} [{low:.2g}, {high:.2g}]")
+    return [f"{multiple:g}", f"{design.cap:,}", *cells, "> 1" if math.isinf(needed) else f"{needed / design.cap:.2f}"]
+
+
+def clean_row(design: MissDesign, runs: int, rng: np.random.Generator) -> list[str]:
+    """Where a clean case (every check at its null) stops under each rule, as a fraction of its cap, and its alarms."""
+    stops: dict[str, list[int]] = {rule: [] for rule in MISS_RULES}
+    alarms = 0
+    for _ in range(runs):
+        events = case_path(design.checks(design.null), design.batches, design.epsilon, design.levels, rng)
+        caught = min((e.rejected for e in events if e.rejected is not None), default=None)
+        alarms += caught is not None
+        for rule, done in MISS_RULES.items():
+            stop = rule_stop(events, done, design.cap)
+            stops[rule].append(stop if caught is None else min(stop, caught))
+    return [f"{design.cap:,}", f"{runs}", *(f"{statistics.mean(stops[r]) / design.cap:.2f}" for r in MISS_RULES), f"{alarms}"]
+
+
+def miss_rate_section(
+    supports: Sequence[int],
+    multiples: Sequence[float],
+    epsilon: float,
+    runs: int,
+    tests: int,
+    seed: int,
+    clean_runs: int,
+    beside: Sequence[float] = PARTNER_REACHES,
+) -> None:
+    """Measured miss rate of one designed check (reach 1, Zipf null p0 ~ 1/i) against the least-favourable alternative
+    at TV multiple x epsilon, alone or beside a clean, rarer designed check (8 cells, each reach of ``beside``) that
+    sets the case's cap; caps, planned observations and batches as the runner's (``plan_test`` at threshold m / alpha,
+    m = ``tests``; the binomial cap, ``trials_for_observations``; the early pass's batches). Four stop rules on the same
+    runs (``MISS_RULES``), each with the hold (no stop once a check's ln E reached ln T / 3). A miss: no rejection of
+    the measured check before the stop. Intervals: two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon:
+    beta (+ beta_pass with the pass statistic). Then the same cases clean: where each rule stops them."""
     config = SuiteConfig()
     threshold = rejection_threshold(config.alpha, tests)
     levels = (math.log(threshold), -math.log(config.early_pass_beta), hold_level(math.log(threshold)))
     rng = np.random.default_rng(seed)
     rows: list[list[str]] = []
-    for support in supports:
-        null = 1.0 / np.arange(1, support + 1)
-        null /= null.sum()
-        cap = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
-        batches = batch_schedule(cap, config, early_pass=True)
-        for multiple in multiples:
-            alt, _ = least_favourable(null, multiple * epsilon)
+    clean: list[list[str]] = []
+    for reach in (None, *beside):
+        partner = None
+        if reach is not None:
+            partner = Watched(zipf(8), zipf(8), reach, plan_test(8, reach, epsilon, 1.0 / threshold, config.beta).needed)
+        for support in supports:
+            planned = plan_test(support, 1.0, epsilon, 1.0 / threshold, config.beta).needed
+            cap = planned
+            if partner is not None:
+                cap = max(planned, int(trials_for_observations(partner.planned, partner.reach, SHORTFALL_PROBABILITY)))
+            design = MissDesign(zipf(support), planned, partner, cap, batch_schedule(cap, config, early_pass=True), epsilon, levels)
+            label = [f"{support}", "alone" if reach is None else f"8 cells, reach {reach:g}"]
+            for multiple in multiples:
+                started = time.perf_counter()
+                rows.append(label + miss_row(design, multiple, runs, config.beta, rng))
+                print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
             started = time.perf_counter()
-            off = on = free = 0
-            stops, rejections = [], []
-            for _ in range(runs):
-                rejected, passed, held = held_run(alt, null, batches, epsilon, levels, rng)
-                off += rejected is None
-                early = passed is not None and (held is None or held > passed) and (rejected is None or passed < rejected)
-                on += rejected is None or early
-                free += rejected is None or (passed is not None and (rejected is None or passed < rejected))
-                stops.append(passed if early and passed is not None else (rejected or cap))
-                rejections.append(math.inf if rejected is None else rejected)
-            # The trials by which the e-process alone rejects in all but a fraction beta of the runs (inf: more than
-            # beta of them were not rejected by the cap): what power 1 - beta at this TV needs, on the batch grid.
-            needed = float(np.quantile(np.array(rejections), 1.0 - config.beta, method="higher"))
-            lo_off, hi_off = clopper_pearson(off, runs)
-            lo_on, hi_on = clopper_pearson(on, runs)
-            rows.append(
-                [
-                    f"{support}",
-                    f"{multiple:g}",
-                    f"{cap:,}",
-                    f"{off}/{runs}",
-                    f"[{lo_off:.2g}, {hi_off:.2g}]",
-                    f"{on}/{runs}",
-                    f"[{lo_on:.2g}, {hi_on:.2g}]",
-                    f"{free}/{runs}",
-                    f"{statistics.median(stops) / cap:.2f}",
-                    "> 1" if math.isinf(needed) else f"{needed / cap:.2f}",
-                ]
-            )
-            print(f"   ... {' | '.join(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+            clean.append(label + clean_row(design, clean_runs, rng))
+            print(f"   ... clean: {' | '.join(clean[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
+    settings = (
+        f"eps = {epsilon:g}; threshold m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, "
+        f"beta_pass = {config.early_pass_beta:g}, hold at ln E >= {levels[2]:.2f}; rules: cap = to the cap; planned = every "
+        "check has its planned observations; planned or pass = the runner's since suite 0.5; pass (0.4) = every check's "
+        "pass statistic (the runner's until 0.4)"
+    )
     print_table(
-        f"0d. Miss rate at the designed cap: one designed check, Zipf null, least-favourable alternative at TV/eps x eps, "
-        f"eps = {epsilon:g}, {runs} runs per row; threshold m/alpha = {threshold:.4g} (m = {tests}), beta = {config.beta:g}, "
-        f"beta_pass = {config.early_pass_beta:g}, hold at ln E >= {levels[2]:.2f}",
+        f"0d. Miss rate by stop rule: one designed check (Zipf null, reach 1) at TV/eps x eps, alone or beside a clean "
+        f"8-cell check of a smaller reach that sets the cap, {runs} runs per row; {settings}",
         MISS_HEADERS,
         rows,
-        "rrrrrrrrrr",
+        "r" * len(MISS_HEADERS),
+    )
+    print_table(
+        f"0d'. The same cases clean (every check at its null): mean stop over the cap by rule; {settings}",
+        CLEAN_HEADERS,
+        clean,
+        "r" * len(CLEAN_HEADERS),
     )
 
 
@@ -997,10 +1108,14 @@ def main() -> None:
     parser.add_argument("--early-pass", action="store_true", help="only the early pass: stopping time, power, false alarms")
     parser.add_argument("--early-runs", type=int, default=500, help="null and alternative runs per early-pass row (default 500)")
     parser.add_argument("--early-tests", type=int, default=211, help="m of the early-pass rows' threshold m / alpha (default 211)")
-    parser.add_argument("--miss-rate", action="store_true", help="only the miss rate at 0.7, 1 and 1.5 eps for several supports")
+    parser.add_argument("--miss-rate", action="store_true", help="only the miss rate at 0.7-1.5 eps by stop rule")
     parser.add_argument("--hold-null", action="store_true", help="only how often a clean check holds its case")
     parser.add_argument("--miss-runs", type=int, default=2000, help="runs per miss-rate row (default 2000)")
     parser.add_argument("--miss-epsilon", type=float, default=0.05, help="design TV of the miss-rate rows (default 0.05)")
+    parser.add_argument("--miss-clean-runs", type=int, default=1000, help="clean runs per miss-rate case (default 1000)")
+    parser.add_argument(
+        "--miss-beside", type=float, action="append", default=None, help="reach of the rarer clean check (repeatable; default 0.1, 0.3)"
+    )
     args = parser.parse_args()
     seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     mc_trials = args.mc_trials if args.mc_trials is not None else (500_000 if args.quick else 2_000_000)
@@ -1019,7 +1134,9 @@ def main() -> None:
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
         return
     if args.miss_rate:
-        miss_rate_section((2, 16, 256), (0.7, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed)
+        miss_rate_section(
+            (2, 16, 256), (0.7, 0.9, 1.0, 1.5), args.miss_epsilon, args.miss_runs, args.early_tests, args.seed, args.miss_clean_runs
+        )
         print(f"\ntotal wall time {time.perf_counter() - started:.1f} s")
         return
     if args.early_pass:

@@ -239,15 +239,16 @@ def holds_evidence(max_log_e: float, log_threshold: float) -> bool:
 def may_stop_early(passed: Iterable[bool], live_max_log_e: Iterable[float], log_threshold: float) -> bool:
     """The early pass's stopping rule for a case at a batch end.
 
-    ``passed``: one flag per watched (designed) check, true once its pass statistic reached ln(1 / beta_pass) or its
-    layer already failed; ``live_max_log_e``: the running maximum of ln E of every check, designed or not, whose layer
-    has not failed; ``log_threshold``: ln T of the run.
+    ``passed``: one flag per watched (designed) check, true once it is done: its pass statistic reached ln(1 / beta_pass),
+    it has the observations its design plans (power 1 - beta at TV epsilon, fixed-n), or its layer already failed;
+    ``live_max_log_e``: the running maximum of ln E of every check, designed or not, whose layer has not failed;
+    ``log_threshold``: ln T of the run.
 
-    Stop iff at least one check is watched, every watched check passed, and no live check holds evidence
-    (:func:`holds_evidence`). Guarantee: the rule only adds a condition to the pass of docs/statistics.md §7a and
-    reads the past only, so the case's run is still a prefix of its run to the cap, every stop still needs every
-    designed check's pass, and the miss bound beta + beta_pass, the family-wise level and the stopped e-values
-    are unchanged."""
+    Stop iff at least one check is watched, every watched check is done, and no live check holds evidence
+    (:func:`holds_evidence`). Guarantee: the rule reads the past only, so the case's run is a prefix of its run to the
+    cap; a check at TV >= epsilon is missed only if its pass statistic crossed (<= beta_pass, Ville) or its e-process
+    was below the threshold at the first look with its planned observations (<= beta, the design): the miss bound
+    beta + beta_pass, the family-wise level and the stopped e-values are unchanged (docs/statistics.md §7a)."""
     flags = list(passed)
     if not flags or not all(flags):
         return False

@@ -19,7 +19,7 @@ import numpy as np
 from specwatch.cases import Case
 from specwatch.early_pass import holds_evidence, log_pass_statistic, may_stop_early
 from specwatch.experiments import CheckSpec, Coverage, CoverageDesign, Experiment, Observation, Violation
-from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Verdict, capped_e, finite_or_none
+from specwatch.protocol import Acceptance, CaseResult, CheckResult, Failure, Layer, Stop, Verdict, capped_e, finite_or_none
 from specwatch.reasons import case_reason, early_reason, headline, pass_scope
 from specwatch.sampling import TargetRaised
 from specwatch.stats import (
@@ -59,6 +59,11 @@ class CaseEvidence:
     pass_log_threshold: float | None = None
     pass_log: dict[str, float] = field(default_factory=dict)
     passed_at: dict[str, int] = field(default_factory=dict)
+    #: The observations each designed check's design plans (``stats.plan_test``), and the trials at the first batch end
+    #: where it had them. A watched check that has them is done: its miss at TV >= epsilon is then bounded by beta (the
+    #: fixed-n design of docs/statistics.md §7), so the case need not wait for its pass statistic.
+    planned: dict[str, int] = field(default_factory=dict)
+    planned_at: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.counts = {c.name: np.zeros(len(c.null), dtype=np.int64) for c in self.checks}
@@ -97,9 +102,14 @@ class CaseEvidence:
             if self.max_log_e[check.name] >= self.log_threshold:
                 self.rejected_at.setdefault(check.name, self.trials)
             self._update_pass(check)
+            if check.name in self.planned and check.name not in self.planned_at and counts.sum() >= self.planned[check.name]:
+                self.planned_at[check.name] = self.trials
 
     def _update_pass(self, check: CheckSpec) -> None:
-        if check.name not in self.pass_log or check.name in self.passed_at or self.pass_log_threshold is None:
+        """The pass statistic of a watched check not yet done (once it has passed or has its planned observations, the
+        statistic no longer decides anything and is not refined further)."""
+        done = check.name in self.passed_at or check.name in self.planned_at
+        if check.name not in self.pass_log or done or self.pass_log_threshold is None:
             return
         statistic = log_pass_statistic(self.counts[check.name], check.null, self.epsilon, target=self.pass_log_threshold)
         self.pass_log[check.name] = statistic
@@ -107,12 +117,16 @@ class CaseEvidence:
             self.passed_at[check.name] = self.trials
 
     def passed(self) -> bool:
-        """Every watched check passed early, or its layer already failed (a failed layer claims nothing), and no check
-        of a layer that has not failed, designed or not, holds evidence against its law (its e-process reached the
-        cube root of the threshold: :func:`~specwatch.early_pass.may_stop_early`)."""
+        """Every watched check is done: it passed early, or has its planned observations, or its layer already failed
+        (a failed layer claims nothing); and no check of a layer that has not failed, designed or not, holds evidence
+        against its law (its e-process reached the cube root of the threshold: :func:`~specwatch.early_pass.may_stop_early`)."""
         watched = [c for c in self.checks if c.name in self.pass_log]
         live = [self.max_log_e[c.name] for c in self.checks if not self.failed(c.layer)]
-        return may_stop_early((c.name in self.passed_at or self.failed(c.layer) for c in watched), live, self.log_threshold)
+        return may_stop_early((self.check_done(c) for c in watched), live, self.log_threshold)
+
+    def check_done(self, check: CheckSpec) -> bool:
+        """The check passed early, has its planned observations (at a batch end, sticky) or its layer failed."""
+        return check.name in self.passed_at or check.name in self.planned_at or self.failed(check.layer)
 
     def holding(self) -> list[str]:
         """The checks of layers that have not failed whose e-process reached the cube root of the threshold: while
@@ -144,8 +158,9 @@ def designed_checks(experiment: Experiment, epsilon: float) -> list[CheckSpec]:
 
 
 def passed_early(experiment: Experiment, state: CaseEvidence) -> bool:
-    """Every designed check passed early and a speculative case exercised what it was built for (a case short of its
-    coverage design runs on: stopping would turn its pass into an underpowered one)."""
+    """Every designed check is done (passed early, or has its planned observations; :meth:`CaseEvidence.passed`) and a
+    speculative case exercised what it was built for (a case short of its coverage design runs on: stopping would turn
+    its pass into an underpowered one)."""
     if not state.passed():
         return False
     design: CoverageDesign | None = getattr(experiment, "coverage_design", None)
@@ -181,6 +196,8 @@ def check_results(experiment: Experiment, state: CaseEvidence, *, beta: float, t
                 designed=check.name in designed,
                 pass_log_statistic=finite_or_none(state.pass_log[check.name]) if check.name in state.pass_log else None,
                 passed_at=state.passed_at.get(check.name),
+                planned_observations=state.planned.get(check.name),
+                planned_at=state.planned_at.get(check.name),
             )
         )
     return checks
@@ -290,12 +307,10 @@ def case_result(
     # passed early (backed by its pass statistic, docs/statistics.md §7a); a failure needs none.
     claimed = _claimed(checks, failure, designed)
     backing = [c for c in checks if c.name in designed and c.layer in claimed]
-    powered = not (timed_out and failure is None) and all(
-        c.passed_at is not None or (c.design_epsilon is not None and c.design_epsilon <= epsilon * (1 + 1e-9)) for c in backing
-    )
-    early = failure in (None, Failure.CONFORMANCE) and state.passed() and state.trials < cap
+    powered = not (timed_out and failure is None) and all(_backs(c, epsilon) for c in backing)
+    early = failure in (None, Failure.CONFORMANCE) and passed_early(experiment, state) and state.trials < cap
     reason = (
-        early_reason(state, cap, epsilon)
+        early_reason(state, [c for c in experiment.checks if c.name in state.pass_log], cap, epsilon)
         if early and failure is None
         else case_reason(state, checks, threshold=threshold, epsilon=epsilon, powered=powered, designed=designed, claimed=claimed)
     )
@@ -341,4 +356,20 @@ def case_result(
         coverage=coverage,
         early_pass=early,
         pass_threshold=None if state.pass_log_threshold is None else math.exp(state.pass_log_threshold),
+        stopped_by=_stopped_by(state, early=early, timed_out=timed_out),
     )
+
+
+def _backs(check: CheckResult, epsilon: float) -> bool:
+    """A designed check backs a pass at TV ``epsilon``: it passed early, or its observations detect ``epsilon``."""
+    return check.passed_at is not None or (check.design_epsilon is not None and check.design_epsilon <= epsilon * (1 + 1e-9))
+
+
+def _stopped_by(state: CaseEvidence, *, early: bool, timed_out: bool) -> Stop:
+    """Why the case stopped drawing trials: a failure that ends it, every designed check done before the cap, the time
+    budget, or the cap (the runner's loop, :func:`specwatch.runner.run_case_once`, in the same order)."""
+    if state.done():
+        return Stop.FAILED
+    if early:
+        return Stop.CHECKS_DONE
+    return Stop.TIME_BUDGET if timed_out else Stop.CAP

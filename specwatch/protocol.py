@@ -24,12 +24,15 @@ from typing import Any
 #: pass (docs/statistics.md §7a): checks carry ``pass_log_statistic`` and ``passed_at``, cases ``early_pass`` and
 #: ``pass_threshold``, runs ``early_pass_beta``. 5: a case replayed with an earlier run's inputs carries ``replay``
 #: (what that replay found, before the case ran with this run's own seeds). 6: cases carry ``reproducible`` (two
-#: fingerprint probes with one seed agreed).
-RESULT_SCHEMA = 6
+#: fingerprint probes with one seed agreed). 7: a case stops once every designed check is done (its pass statistic
+#: passed or it has the observations its design plans): checks carry ``planned_observations`` and ``planned_at``, cases
+#: ``stopped_by`` (why the case stopped, :class:`Stop`).
+RESULT_SCHEMA = 7
 #: Schemas this reader takes: a schema-2 result is a schema-3 one without ``acceptance.per_trial_max`` (None); a
 #: schema-3 result is a schema-4 one without the early pass (it ran every passing case to its cap); a schema-4 result
-#: is a schema-5 one that replayed nothing; a schema-5 result is a schema-6 one whose reproducibility was not checked.
-READABLE_SCHEMAS = (2, 3, 4, 5, RESULT_SCHEMA)
+#: is a schema-5 one that replayed nothing; a schema-5 result is a schema-6 one whose reproducibility was not checked; a
+#: schema-6 result is a schema-7 one that did not record why its cases stopped (None) nor their checks' planned observations.
+READABLE_SCHEMAS = (2, 3, 4, 5, 6, RESULT_SCHEMA)
 #: e-values above this are reported capped (JSON has no infinity); ``log_e_value`` stays exact.
 E_VALUE_CAP = 1e300
 
@@ -73,6 +76,15 @@ class Failure(enum.StrEnum):
     RAISED = "raised"  # the target raised an exception on a valid input: a finding about the sampler
 
 
+class Stop(enum.StrEnum):
+    """Why a case stopped drawing trials (docs/statistics.md §7a, "Stopping when the designed checks are done")."""
+
+    FAILED = "failed"  # a lossless failure (a rejection, a certain violation, malformed output) or the target raised
+    CHECKS_DONE = "checks_done"  # before the cap: every designed check passed early or has its planned observations
+    CAP = "cap"  # the trial cap (with any top-up), or an experiment's fixed trials
+    TIME_BUDGET = "time_budget"  # the run's time budget per case, before the cap
+
+
 class Verdict(enum.StrEnum):
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     FAIL = "fail"
@@ -110,6 +122,10 @@ class CheckResult:
     #: only as far as the decision needs); None: not watched.
     pass_log_statistic: float | None = None
     passed_at: int | None = None  # trials at which the pass statistic reached the case's ``pass_threshold``
+    #: Observations the design plans for this check (power 1 - beta at the case's TV, docs/statistics.md §7); None:
+    #: not designed, or a case of fixed trials.
+    planned_observations: int | None = None
+    planned_at: int | None = None  # trials at the first batch end where the check had its planned observations
 
 
 @dataclass(frozen=True)
@@ -198,7 +214,8 @@ class CaseResult:
     #: Speculative end-to-end cases: histograms of drafts per verification, accepted drafts and rounds per
     #: call observed in the library's own calls, the design and its shortfalls (None for other cases).
     coverage: dict[str, Any] | None = None
-    #: The case stopped before its cap because every designed check passed early (docs/statistics.md §7a).
+    #: The case passed before its cap because every designed check was done: its pass statistic passed or it had its
+    #: planned observations (docs/statistics.md §7a; until schema 6, only the former).
     early_pass: bool = False
     #: 1 / beta_pass, the level a check's pass statistic must reach; None: the run had no early pass.
     pass_threshold: float | None = None
@@ -207,6 +224,8 @@ class CaseResult:
     #: Two fingerprint probes with one seed gave the same outputs (False: the sampler draws randomness the suite
     #: cannot seed, so the same seed need not give the same trials); None: not checked (the case did not run).
     reproducible: bool | None = None
+    #: Why the case stopped drawing trials; None: not recorded (a result before schema 7, or a case that did not run).
+    stopped_by: Stop | None = None
     schema: int = RESULT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -235,6 +254,7 @@ class CaseResult:
                 "failure": None if failure is None else Failure(failure),
                 "certain": tuple(str(layer) for layer in case.get("certain", ())),
                 "replay": None if case.get("replay") is None else Replay.from_json(case["replay"], name),
+                "stopped_by": None if case.get("stopped_by") is None else Stop(case["stopped_by"]),
             }
             return cls(**(case | typed))
         except ResultSchemaError:

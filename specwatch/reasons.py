@@ -13,6 +13,7 @@ from specwatch.protocol import CheckResult, Layer
 
 if TYPE_CHECKING:
     from specwatch.evidence import CaseEvidence
+    from specwatch.experiments import CheckSpec
 
 
 def headline(checks: Sequence[CheckResult], state: CaseEvidence, failed: Layer | None, designed: set[str]) -> CheckResult | None:
@@ -33,10 +34,21 @@ def headline(checks: Sequence[CheckResult], state: CaseEvidence, failed: Layer |
     return max(pool, key=lambda c: (c.tv_ci[1], c.tv_estimate), default=None)
 
 
-def early_reason(state: CaseEvidence, cap: int, epsilon: float) -> str:
-    return (
-        f"passed early after {state.trials} of {cap} trials: every designed check's pass statistic reached "
-        f"1/beta_pass = {math.exp(state.pass_log_threshold or 0.0):.3g} against TV >= {epsilon:g}"
+def early_reason(state: CaseEvidence, watched: Sequence[CheckSpec], cap: int, epsilon: float) -> str:
+    """Why a case passed before its cap: each designed (``watched``) check is done, by the observations its design
+    plans (power 1 - beta at TV epsilon, fixed-n; named) or by its pass statistic (docs/statistics.md §7a)."""
+    level = f"1/beta_pass = {math.exp(state.pass_log_threshold or 0.0):.3g} against TV >= {epsilon:g}"
+    power = f"power 1 - beta at TV >= {epsilon:g}"
+    planned = [c.name for c in watched if c.name in state.planned_at]
+    passed = [c.name for c in watched if c.name not in state.planned_at and c.name in state.passed_at]
+    head = f"passed early after {state.trials} of {cap} trials: "
+    if not planned:
+        return head + f"every designed check's pass statistic reached {level}"
+    if not passed:
+        return head + f"every designed check has its planned observations ({power})"
+    return head + (
+        f"every designed check is done: {', '.join(planned)} by the observations planned ({power}), "
+        f"{', '.join(passed)} by the pass statistic reaching {level}"
     )
 
 

@@ -1,4 +1,5 @@
-"""Runs cases: batches of trials until a check rejects or the planned cap, then a frozen result.
+"""Runs cases: batches of trials until a check rejects, every designed check is done (the early pass) or the planned
+cap, then a frozen result.
 
 The evidence of a case and how it is judged live in :mod:`specwatch.evidence`; this module plans the
 trials, draws the batches and assembles the run.
@@ -60,8 +61,9 @@ class SuiteConfig:
     sampler_max_batch: int | None = None
     time_budget_s: float | None = None
     fail_fast: bool = False
-    #: Stop a clean case before its cap once every designed check's pass statistic reaches 1 / early_pass_beta
-    #: (docs/statistics.md §7a): a bug of size >= epsilon is then missed with probability <= beta + early_pass_beta.
+    #: Stop a clean case before its cap once every designed check is done: its pass statistic reached 1 / early_pass_beta,
+    #: or it has the observations its design plans (docs/statistics.md §7a): a bug of size >= epsilon is then missed with
+    #: probability <= beta + early_pass_beta. False: every passing case runs to its cap.
     early_pass: bool = True
     early_pass_beta: float = 1e-3
     #: Cases run first with the seeds of attempt ``replay_attempt`` (an earlier run's inputs), then with this run's:
@@ -89,15 +91,23 @@ class Progress:
 ProgressCallback = Callable[[Progress], None]
 
 
+def planned_observations(experiment: Experiment, config: SuiteConfig, epsilon: float, threshold: float) -> dict[str, int]:
+    """Each designed check's planned observations: those at which its e-process crosses ``threshold`` except with
+    probability ``config.beta`` at TV ``epsilon`` (``stats.plan_test``, fixed-n; docs/statistics.md §7)."""
+    level = 1.0 / threshold
+    return {c.name: plan_test(c.support, c.reach, epsilon, level, config.beta).needed for c in designed_checks(experiment, epsilon)}
+
+
 def trial_cap(experiment: Experiment, config: SuiteConfig, epsilon: float, threshold: float) -> int:
     """Trials that give every designed check its planned observations (power 1 - beta at TV ``epsilon`` at
     level 1 / ``threshold``) except with probability ``SHORTFALL_PROBABILITY``, within ``config.max_trials``."""
     if experiment.fixed_trials is not None:
         return experiment.fixed_trials
     wanted = 0.0
+    planned = planned_observations(experiment, config, epsilon, threshold)
     for check in designed_checks(experiment, epsilon):
-        design = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta)
-        wanted = max(wanted, trials_for_observations(design.needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
+        needed = planned[check.name]
+        wanted = max(wanted, trials_for_observations(needed, check.reach, SHORTFALL_PROBABILITY, limit=config.max_trials))
     # At least one first batch of trials, or what the experiment says is its least (``min_trials``: a few hundred
     # for generate() calls whose checks see many observations per trial).
     floor = min(config.first_batch, int(getattr(experiment, "min_trials", config.first_batch)))
@@ -112,9 +122,8 @@ def top_up(experiment: Experiment, state: CaseEvidence, config: SuiteConfig, *, 
     Stopping is still decided at batch ends from the data alone, so Ville's inequality keeps every check's level.
     """
     extra = 0
-    for check in designed_checks(experiment, epsilon):
-        seen = int(state.counts[check.name].sum())
-        needed = plan_test(check.support, check.reach, epsilon, 1.0 / threshold, config.beta).needed
+    for check, needed in planned_observations(experiment, config, epsilon, threshold).items():
+        seen = int(state.counts[check].sum())
         if seen < needed and seen > 0:
             extra = max(extra, math.ceil((needed - seen) * state.trials / seen))
     return int(max(0, min(extra, cap, config.max_trials - state.trials)))
@@ -157,7 +166,8 @@ def run_case_once(
     total: int = 1,
     progress: ProgressCallback | None = None,
 ) -> CaseResult:
-    """Sequentially test one case until a lossless check rejects, a certain violation, or the cap.
+    """Sequentially test one case until a lossless check rejects, a certain violation, every designed check is done
+    (with the early pass: passed or has its planned observations, none holding evidence), or the cap.
 
     Each check's e-process is compared with m / alpha (m = ``tests_in_run``) after every batch;
     monitoring at batch ends keeps Ville's guarantee, so the run's family-wise false-alarm rate is at
@@ -179,6 +189,7 @@ def run_case_once(
         pass_checks=frozenset(c.name for c in designed_checks(experiment, epsilon)) if watched else frozenset(),
         epsilon=epsilon,
         pass_log_threshold=-math.log(config.early_pass_beta) if watched else None,
+        planned={} if experiment.fixed_trials is not None else planned_observations(experiment, config, epsilon, threshold),
     )
     # Slow experiments (generate calls) report progress sooner; a watched case looks as often as it may pass.
     batch = max(16, min(config.first_batch, cap // (EARLY_PASS_LOOKS if watched else 8)))

@@ -34,6 +34,8 @@ _CASE_DETAIL_FIELDS = (
     "replay",
     # schema 6: two probes with one seed agreed (None: not checked)
     "reproducible",
+    # schema 7: why the case stopped (its checks' planned observations are in ``checks``)
+    "stopped_by",
 )
 
 

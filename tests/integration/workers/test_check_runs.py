@@ -213,3 +213,7 @@ def test_an_early_pass_is_stored_and_rebuilt(backend_factory: sessionmaker[Sessi
     passes = [(c.name, c.passed_at, c.pass_log_statistic) for c in case.checks]
     assert passes == [(c.name, c.passed_at, c.pass_log_statistic) for c in original.checks]
     assert any(passed_at is not None for _, passed_at, _ in passes)
+    # Schema 7: why the case stopped, and each designed check's planned observations.
+    assert case.stopped_by == original.stopped_by == "checks_done"
+    planned = [(c.planned_observations, c.planned_at) for c in case.checks]
+    assert planned == [(c.planned_observations, c.planned_at) for c in original.checks]

@@ -62,10 +62,27 @@ def test_a_schema_3_result_reads_as_one_without_the_early_pass(result: RunResult
     assert all(check.passed_at is None for c in read.results for check in c.checks)
 
 
+def test_a_schema_6_result_reads_as_one_that_did_not_record_why_its_cases_stopped(result: RunResult) -> None:
+    """Schema 6 had no ``stopped_by`` and no planned observations per check: such a result reads with them None."""
+    assert result.results[0].stopped_by is not None
+    payload = _payload(result)
+    payload["schema"] = 6
+    for case in payload["results"]:
+        case["schema"] = 6
+        case.pop("stopped_by")
+        for check in case["checks"]:
+            check.pop("planned_observations")
+            check.pop("planned_at")
+    read = RunResult.from_json(payload)
+    assert [c.stopped_by for c in read.results] == [None] * len(read.results)
+    assert all((check.planned_observations, check.planned_at) == (None, None) for c in read.results for check in c.checks)
+    assert read.results[0].n_trials == result.results[0].n_trials
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2, 3, 4, 5 and {RESULT_SCHEMA}"),
+        (lambda p: p.update(schema=1), f"run result: schema 1, this reader reads schemas 2, 3, 4, 5, 6 and {RESULT_SCHEMA}"),
         (lambda p: p["results"][0].update(schema=RESULT_SCHEMA + 1), "case 'direct/far_apart/V8/g1': schema"),
         (lambda p: p.pop("schema"), "run result: schema None"),
         (lambda p: p.update(verdict="maybe"), "run result: ValueError: 'maybe' is not a valid Verdict"),

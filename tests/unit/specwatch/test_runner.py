@@ -101,12 +101,13 @@ def test_run_result_is_strict_json():
         "device",
     ):
         assert key in case
-    assert payload["schema"] == 6
+    assert payload["schema"] == 7
     assert case["acceptance"]["per_trial_max"] == 1  # direct/far_apart/V8/g1: a chain step of gamma 1
     assert payload["tests"] == len(case["checks"])
-    for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain", "reproducible"):
+    for key in ("failure", "headline", "current_log_e_value", "current_e_value", "certain", "reproducible", "stopped_by"):
         assert key in case
-    for key in ("stopped_log_e_value", "stopped_e_value", "reach", "designed"):
+    assert case["stopped_by"] == "failed"
+    for key in ("stopped_log_e_value", "stopped_e_value", "reach", "designed", "planned_observations", "planned_at"):
         assert key in case["checks"][0]
 
 
