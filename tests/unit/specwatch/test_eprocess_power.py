@@ -12,6 +12,7 @@ import torch
 
 from specwatch.cases import DIRECT_CASES, select
 from specwatch.eprocess_power import eprocess_needed, load_table
+from specwatch.eprocess_simulation import count_misses_by_histogram
 from specwatch.evidence import designed_checks
 from specwatch.sampling import reference_sampler
 from specwatch.stats import count_misses, least_favourable, plan_test, rejection_threshold
@@ -66,6 +67,15 @@ def test_the_tabulated_n_misses_at_most_the_claimed_rate_and_half_of_it_misses_o
     rng = np.random.default_rng(39)
     assert count_misses(2, 0.1, 1e3, n=n, runs=2000, rng=rng) <= 8
     assert count_misses(2, 0.1, 1e3, n=n // 2, runs=2000, rng=rng) > 8
+
+
+def test_a_large_support_row_misses_at_most_the_claimed_rate_and_half_of_it_misses_often():
+    """The same at 65,536 cells (simulated by count histograms, a fresh seed): at the tabulated n at most 8 misses in
+    2000 runs, at half of it more."""
+    n = _row(65536, 0.5, 1e5)
+    rng = np.random.default_rng(394)
+    assert count_misses_by_histogram(65536, 0.5, 1e5, n=n, runs=2000, rng=rng) <= 8
+    assert count_misses_by_histogram(65536, 0.5, 1e5, n=n // 2, runs=2000, rng=rng) > 8
 
 
 def test_more_observations_than_tabulated_miss_no_more_often():
