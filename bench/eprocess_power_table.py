@@ -6,7 +6,7 @@ For each support k, TV epsilon and rejection threshold T the table holds the sma
 alternative at TV epsilon (``stats.least_favourable``: chi^2 divergence 4 epsilon^2, the least at TV epsilon).
 Supports above ``--fast-above`` (1024) are simulated by ``eprocess_simulation.count_misses_by_histogram``: the same
 law (by construction) and the same e-value (grouped by count, cross-checked against ``log_e_dirichlet_mixture`` on
-every call), about 100 x faster at 65,536 cells; its random stream differs, so rows up to 1024 keep ``count_misses``.
+every call), about 10 x faster at 65,536 cells; its random stream differs, so rows up to 1024 keep ``count_misses``.
 
 What is proved and what is computed: the sequential test misses by n only if E_n < T, so P(miss by n) <= P(E_n < T)
 (proved); zero misses in R runs bounds P(E_n < T) by 1 - 0.05^(1/R) at 95 % confidence (Clopper-Pearson; computed).
