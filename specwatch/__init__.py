@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 #: Version of the statistics and runner; recorded with every run.
 #: 0.5: ``--quick`` designs every case at TV 0.05 at least (0.1 before); with the early pass a case stops once every
 #: designed check passed early or has its planned observations (it waited for every pass statistic); results record
-#: why a case stopped (schema 7);
+#: why a case stopped (schema 7); checks over 1025-131,072 cells at TV >= 0.05 (the 50,257-token case) sized from
+#: the power table;
 #: 0.4: caps sized from the e-process's own power (eprocess_power.json), not 1.5 x the Pearson design;
 #: 0.3: a case holds (no early pass) while any check holds evidence; 0.2: joint checks, stopped e-values, schema 2.
 SUITE_VERSION = "0.5.0"

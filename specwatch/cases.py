@@ -24,7 +24,8 @@ NEG_INF = float("-inf")
 
 #: TV distance the default profile designs a real library's direct cases at (issue 31), and at or above
 #: ``LARGE_VOCAB`` tokens: a check over that many cells cannot pass early and needs about 4 times the trials at
-#: half the distance (``direct/large_vocab/V50257/g1``: 136,212 trials at 0.1, about 540,000 at 0.05).
+#: half the distance (``direct/large_vocab/V50257/g1`` at the reference battery's threshold, sized from the power
+#: table's 65,536- and 131,072-cell rows since suite 0.5: 135,482 trials at 0.1, 528,721 at 0.05).
 LIBRARY_DIRECT_EPSILON = 0.05
 LARGE_VOCAB_EPSILON = 0.1
 LARGE_VOCAB = 10_000

@@ -6,6 +6,10 @@ designed check from it. What is proved and what is computed: a run that looks at
 observations misses only if E_n < T there, so the fixed-n miss rate at n bounds the miss rate of the running maximum
 whatever the other looks (proved); the fixed-n miss rate at the tabulated n is bounded by ``beta_bound`` at 95 %
 confidence from zero misses in ``runs`` simulated runs (computed, a Clopper-Pearson bound, not a proof).
+
+The table need not be a full Cartesian grid: it is the union of the grids listed in its ``grids`` (supports 2-1024 at
+every tabulated epsilon and threshold; supports 65,536-131,072 at epsilon >= 0.05), and a request whose rounded corner
+was not simulated (e.g. epsilon 0.03 on 50,257 cells) gets None, the Pearson fallback, never a neighbour's row.
 """
 
 from __future__ import annotations

@@ -94,9 +94,10 @@ def detectable_epsilon(support: int, n: float, alpha: float, beta: float) -> flo
 
 
 #: Outside the shipped e-process power table (``eprocess_power``: support above its largest, threshold above its
-#: largest, epsilon below its smallest, beta below its bound) a check needs this multiple of the fixed-n Pearson design.
-#: Not proved: the table's 630 rows need 0.41-1.80 x Pearson (1.18-1.43 at 1024 cells, the largest at 2 cells;
-#: docs/statistics.md §7), so 2 covers every simulated row; beyond them it is an extrapolation. Logged as a warning.
+#: largest, epsilon below its smallest, beta below its bound, a corner none of its grids simulated) a check needs this
+#: multiple of the fixed-n Pearson design. Not proved: the table's 690 rows need 0.41-1.80 x Pearson (1.18-1.43 at
+#: 1024 cells, 1.13-1.46 at 65,536 and 131,072, the largest at 2 cells; docs/statistics.md §7), so 2 covers every
+#: simulated row; beyond them it is an extrapolation. Logged as a warning.
 PEARSON_FALLBACK_FACTOR = 2.0
 
 _log = logging.getLogger(__name__)

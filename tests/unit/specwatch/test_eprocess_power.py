@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 import math
 
 import numpy as np
 import pytest
+import torch
 
+from specwatch.cases import DIRECT_CASES, select
 from specwatch.eprocess_power import eprocess_needed, load_table
-from specwatch.stats import count_misses, least_favourable
+from specwatch.eprocess_simulation import count_misses_by_histogram
+from specwatch.evidence import designed_checks
+from specwatch.sampling import reference_sampler
+from specwatch.stats import count_misses, least_favourable, plan_test, rejection_threshold
 
 
 def _row(support: int, epsilon: float, threshold: float) -> int:
@@ -44,7 +51,8 @@ def test_lookup_returns_a_grid_point_and_rounds_every_argument_the_conservative_
 
 def test_lookup_outside_the_table_is_none_so_the_caller_keeps_the_pearson_design():
     beta = float(load_table()["beta_bound"])
-    assert eprocess_needed(4096, 0.05, 1e5, beta) is None  # support above the grid
+    assert eprocess_needed(200_000, 0.05, 1e5, beta) is None  # support above the grid
+    assert eprocess_needed(50_257, 0.03, 1e5, beta) is None  # a corner the large-support grid does not simulate
     assert eprocess_needed(16, 0.01, 1e5, beta) is None  # epsilon below the grid
     assert eprocess_needed(16, 0.05, 1e9, beta) is None  # threshold above the grid
     assert eprocess_needed(16, 0.05, 1e5, beta / 10) is None  # a miss rate the runs cannot vouch for
@@ -61,6 +69,15 @@ def test_the_tabulated_n_misses_at_most_the_claimed_rate_and_half_of_it_misses_o
     assert count_misses(2, 0.1, 1e3, n=n // 2, runs=2000, rng=rng) > 8
 
 
+def test_a_large_support_row_misses_at_most_the_claimed_rate_and_half_of_it_misses_often():
+    """The same at 65,536 cells (simulated by count histograms, a fresh seed): at the tabulated n at most 8 misses in
+    2000 runs, at half of it more."""
+    n = _row(65536, 0.5, 1e5)
+    rng = np.random.default_rng(394)
+    assert count_misses_by_histogram(65536, 0.5, 1e5, n=n, runs=2000, rng=rng) <= 8
+    assert count_misses_by_histogram(65536, 0.5, 1e5, n=n // 2, runs=2000, rng=rng) > 8
+
+
 def test_more_observations_than_tabulated_miss_no_more_often():
     """A check of reach < 1 holds more than its tabulated n at the cap: the miss rate there is still within the bound
     (computed: the e-value is not monotone in n, so this is measured, docs/statistics.md §7)."""
@@ -70,12 +87,45 @@ def test_more_observations_than_tabulated_miss_no_more_often():
     assert count_misses(16, 0.1, 1e5, n=n // 2, runs=2000, rng=rng) > 8
 
 
-def test_the_table_is_a_full_grid_covering_the_profiles():
-    rows = load_table()["rows"]
-    supports = {r["support"] for r in rows}
-    epsilons = {r["epsilon"] for r in rows}
-    thresholds = {r["threshold"] for r in rows}
-    assert len(rows) == len(supports) * len(epsilons) * len(thresholds)
-    assert {0.02, 0.03, 0.05, 0.1, 0.3} <= epsilons  # the profiles' TVs; 0.3: the vLLM and SGLang interpreter cases
-    assert max(supports) >= 1024
-    assert max(thresholds) >= 1e7  # a 400-check run at alpha = 1e-4: T = 4e6
+def test_the_table_is_the_union_of_its_full_grids_covering_the_profiles():
+    table = load_table()
+    corners = [(r["support"], r["epsilon"], r["threshold"]) for r in table["rows"]]
+    grids = table["grids"]
+    assert sorted(corners) == sorted(set(itertools.chain.from_iterable(itertools.product(*g.values()) for g in grids)))
+    small, large = grids
+    assert {0.02, 0.03, 0.05, 0.1, 0.3} <= set(small["epsilons"])  # the profiles' TVs; 0.3: the vLLM and SGLang interpreter cases
+    assert max(small["supports"]) >= 1024
+    assert max(small["thresholds"]) >= 1e7  # a 400-check run at alpha = 1e-4: T = 4e6
+    # The 50,257-token case: its checks have 50,257 and 77,356 cells, designed at 0.05 (reference) and 0.1 (libraries).
+    assert max(large["supports"]) >= 2 * 50_257
+    assert {0.05, 0.1} <= set(large["epsilons"])
+    # From the case alone (4 checks: T = 4e4, rounded up to 1e5) to a 1000-check run (T = 1e7).
+    assert min(large["thresholds"]) <= 1e5
+    assert max(large["thresholds"]) >= 1e7
+    assert set(large["thresholds"]) <= set(small["thresholds"])
+
+
+def test_the_large_supports_need_more_as_the_support_grows_and_fewer_as_epsilon_does():
+    large = load_table()["grids"][1]
+    for epsilon, threshold in itertools.product(large["epsilons"], large["thresholds"]):
+        needed = [_row(k, epsilon, threshold) for k in [1024, *large["supports"]]]
+        assert needed == sorted(needed), (epsilon, threshold)
+    for support, threshold in itertools.product(large["supports"], large["thresholds"]):
+        needed = [_row(support, epsilon, threshold) for epsilon in large["epsilons"]]
+        assert needed == sorted(needed, reverse=True), (support, threshold)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.1])
+@pytest.mark.parametrize("tests", [4, 211, 450])  # the case alone, the reference battery, a library run (T 4.5e6)
+def test_the_large_vocabulary_case_is_sized_from_the_table_not_the_fallback(epsilon, tests, caplog):
+    """Issue 39 item 4: every designed check of direct/large_vocab/V50257/g1 (50,257 and 77,356 cells) reads a
+    simulated row (the table up to suite 0.4.0 stopped at 1024 cells: 2 x Pearson, with a warning)."""
+    (case,) = select(["direct/large_vocab/V50257/g1"], DIRECT_CASES)
+    experiment = case.build(reference_sampler, torch.device("cpu"))
+    checks = designed_checks(experiment, epsilon)
+    assert max(c.support for c in checks) > 50_000
+    alpha_test = 1.0 / rejection_threshold(1e-4, tests)
+    with caplog.at_level(logging.WARNING, logger="specwatch.stats"):
+        designs = [plan_test(c.support, c.reach, epsilon, alpha_test, 1e-3) for c in checks]
+    assert all(d.tabulated for d in designs)
+    assert "outside the e-process power table" not in caplog.text

@@ -100,11 +100,11 @@ def test_the_plan_reads_the_e_process_power_table_and_inverts_to_its_epsilon():
 
 def test_outside_the_table_the_plan_falls_back_to_twice_pearson_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="specwatch.stats"):
-        design = plan_test(50_000, 1.0, 0.05, 1e-5, 1e-3)
+        design = plan_test(200_000, 1.0, 0.05, 1e-5, 1e-3)
     assert not design.tabulated
-    assert design.needed == math.ceil(PEARSON_FALLBACK_FACTOR * pearson_sample_size(50_000, 0.05, 1e-5, 1e-3))
+    assert design.needed == math.ceil(PEARSON_FALLBACK_FACTOR * pearson_sample_size(200_000, 0.05, 1e-5, 1e-3))
     assert "outside the e-process power table" in caplog.text
-    assert design_epsilon(50_000, design.needed, 1e-5, 1e-3) == pytest.approx(0.05, rel=1e-3)
+    assert design_epsilon(200_000, design.needed, 1e-5, 1e-3) == pytest.approx(0.05, rel=1e-3)
 
 
 def test_the_fallback_factor_covers_every_row_of_the_table():
