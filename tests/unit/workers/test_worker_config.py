@@ -191,7 +191,7 @@ def test_a_result_file_of_another_schema_makes_the_run_an_error_that_says_so() -
     interpreted = interpret(outcome, COMMAND, library_version="v1.0", profile="smoke")
 
     assert interpreted.status is RunStatus.error
-    says = "the suite's result file cannot be read by this worker: run result: schema 1, this reader reads schemas 2, 3, 4, 5 and 6"
+    says = "the suite's result file cannot be read by this worker: run result: schema 1, this reader reads schemas 2, 3, 4, 5, 6 and 7"
     assert interpreted.error == says
     assert interpreted.cases == ()
 
