@@ -34,7 +34,7 @@ from specwatch.sandbox import ENVIRONMENT_COMPLETE as COMPLETE
 from specwatch.sandbox import environment_folder
 from specwatch.targets import TargetError
 from specwatch.targets.install import COMPANIONS, SHARED, InstallError, cache_root, install_failure, keep_interpreter_builds, shared_pins
-from specwatch.targets.interpreter_wheels import stub_wheels
+from specwatch.targets.interpreter_wheels import STUB_FOLDER, stub_wheels
 
 #: What of a checkout the copy pip builds from leaves out (large, never part of a project's metadata).
 _NOT_COPIED = (".git", ".hg", "node_modules", "__pycache__")
@@ -64,7 +64,7 @@ def resolve(checkout: Path, out: Path) -> dict[str, object]:
         report = work / "report.json"
         log = work / "pip.log"
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--dry-run", "--log", str(log)]
-        stubs = stub_wheels(pins, work / "interpreter-wheels")  # the pins as themselves, never fetched (a +cpu torch is not on the index)
+        stubs = stub_wheels(pins, work / STUB_FOLDER)  # the pins as themselves, never fetched (a +cpu torch is not on the index)
         cmd += ["--ignore-installed", "--report", str(report), "-c", str(constraints), str(project), *map(str, stubs)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=work)  # noqa: S603 - our interpreter's pip
         if done.returncode != 0 or not report.is_file():
