@@ -26,13 +26,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 #: Version of the statistics and runner; recorded with every run.
+#: 0.6: the early pass's statistic is a mixture of likelihood ratios per set with numerators between the null and the
+#: bug (p0(A) + eps/4, + eps/2), not the null's own: a clean check passes on 25-50 % fewer observations;
 #: 0.5: ``--quick`` designs every case at TV 0.05 at least (0.1 before); with the early pass a case stops once every
 #: designed check passed early or has its planned observations (it waited for every pass statistic); results record
 #: why a case stopped (schema 7); checks over 1025-131,072 cells at TV >= 0.05 (the 50,257-token case) sized from
 #: the power table;
 #: 0.4: caps sized from the e-process's own power (eprocess_power.json), not 1.5 x the Pearson design;
 #: 0.3: a case holds (no early pass) while any check holds evidence; 0.2: joint checks, stopped e-values, schema 2.
-SUITE_VERSION = "0.5.0"
+SUITE_VERSION = "0.6.0"
 #: Version of the case catalogue (fixtures, designs); bump when any case changes.
 CATALOGUE_VERSION = "2026.12.3.1"  # long-horizon e2e cases, processed fixtures that cut mass, V256/V1024
 
