@@ -30,7 +30,7 @@ Four measurements:
    ``--miss-clean-runs`` clean runs per case: where each rule stops it.
 
 0e. **Clean checks that hold** (``--hold-null``): how often a check's null e-process reaches the early pass's hold
-   level, ln T / 3, within 32 looks (2,000 runs on 2, 8 and 64 cells).
+   level, ln T / 4 (``early_pass.HOLD_FRACTION``), within 32 looks (2,000 runs on 2, 8 and 64 cells).
 
 1. **Mutant detection.** Every mutant of ``specwatch.mutants.MUTANTS`` runs the whole battery
    ``specwatch.cases.CASES`` (the edge checks last) through ``run_suite`` with the default ``SuiteConfig(seed=s,
@@ -881,7 +881,7 @@ def case_path(
 ) -> list[PathEvents]:
     """One run of a case's checks to its cap, or to the first rejection of any check (every rule that has not stopped by
     then catches the bug there); ``levels``: ln of the rejection threshold, of 1 / beta_pass and the hold level
-    (ln T / 3, docs/statistics.md §7a). The pass statistic is followed until it crosses, so that every rule is read off
+    (ln T / 4, docs/statistics.md §7a). The pass statistic is followed until it crosses, so that every rule is read off
     the same run."""
     log_threshold, log_pass, log_hold = levels
     counts = [np.zeros(len(c.null), dtype=np.int64) for c in checks]
@@ -1016,7 +1016,7 @@ def miss_rate_section(
     at TV multiple x epsilon, alone or beside a clean, rarer designed check (8 cells, each reach of ``beside``) that
     sets the case's cap; caps, planned observations and batches as the runner's (``plan_test`` at threshold m / alpha,
     m = ``tests``; the binomial cap, ``trials_for_observations``; the early pass's batches). Four stop rules on the same
-    runs (``MISS_RULES``), each with the hold (no stop once a check's ln E reached ln T / 3). A miss: no rejection of
+    runs (``MISS_RULES``), each with the hold (no stop once a check's ln E reached ln T / 4). A miss: no rejection of
     the measured check before the stop. Intervals: two-sided 95 % Clopper-Pearson; the design's promise at TV >= epsilon:
     beta (+ beta_pass with the pass statistic). Then the same cases clean: where each rule stops them."""
     config = SuiteConfig()
@@ -1066,8 +1066,8 @@ def miss_rate_section(
 
 def hold_null_section(supports: Sequence[int], runs: int, tests: int, seed: int) -> None:
     """How often a clean check holds its case (docs/statistics.md §7a): ``runs`` null runs per support of a check with
-    a uniform null, 32 looks of 100 observations each, against the hold level ln T / 3 at the threshold of a
-    ``tests``-check run (Ville's bound: T^(-1/3)); also at half of ln T."""
+    a uniform null, 32 looks of 100 observations each, against the hold level ln T / 4 at the threshold of a
+    ``tests``-check run (Ville's bound: T^(-1/4)); also at half of ln T."""
     config = SuiteConfig()
     log_threshold = math.log(rejection_threshold(config.alpha, tests))
     rng = np.random.default_rng(seed)
@@ -1075,12 +1075,12 @@ def hold_null_section(supports: Sequence[int], runs: int, tests: int, seed: int)
     for support in supports:
         null = np.full(support, 1.0 / support)
         maxima = np.array([null_max_log_e(null, 1.0, [100] * 32, rng) for _ in range(runs)])
-        third, half = int((maxima >= hold_level(log_threshold)).sum()), int((maxima >= log_threshold / 2).sum())
-        rows.append([str(support), f"{third}/{runs}", f"{math.exp(-hold_level(log_threshold)):.2g}", f"{half}/{runs}"])
+        held, half = int((maxima >= hold_level(log_threshold)).sum()), int((maxima >= log_threshold / 2).sum())
+        rows.append([str(support), f"{held}/{runs}", f"{math.exp(-hold_level(log_threshold)):.2g}", f"{half}/{runs}"])
     print_table(
         f"0e. Clean checks that hold their case: {runs} null runs per support, 32 looks of 100 observations, "
         f"threshold m/alpha = {math.exp(log_threshold):.4g} (m = {tests})",
-        ["support", "held (ln E >= ln T / 3)", "bound T^(-1/3)", "at ln T / 2"],
+        ["support", "held (ln E >= ln T / 4)", "bound T^(-1/4)", "at ln T / 2"],
         rows,
         "rrrr",
     )

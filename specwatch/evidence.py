@@ -119,7 +119,7 @@ class CaseEvidence:
     def passed(self) -> bool:
         """Every watched check is done: it passed early, or has its planned observations, or its layer already failed
         (a failed layer claims nothing); and no check of a layer that has not failed, designed or not, holds evidence
-        against its law (its e-process reached the cube root of the threshold: :func:`~specwatch.early_pass.may_stop_early`)."""
+        against its law (its e-process reached the fourth root of the threshold: :func:`~specwatch.early_pass.may_stop_early`)."""
         watched = [c for c in self.checks if c.name in self.pass_log]
         live = [self.max_log_e[c.name] for c in self.checks if not self.failed(c.layer)]
         return may_stop_early((self.check_done(c) for c in watched), live, self.log_threshold)
@@ -129,7 +129,7 @@ class CaseEvidence:
         return check.name in self.passed_at or check.name in self.planned_at or self.failed(check.layer)
 
     def holding(self) -> list[str]:
-        """The checks of layers that have not failed whose e-process reached the cube root of the threshold: while
+        """The checks of layers that have not failed whose e-process reached the fourth root of the threshold: while
         any does, the case does not pass early (docs/statistics.md §7a, "Held by evidence")."""
         return [c.name for c in self.checks if not self.failed(c.layer) and holds_evidence(self.max_log_e[c.name], self.log_threshold)]
 

@@ -54,7 +54,7 @@ def early_reason(state: CaseEvidence, watched: Sequence[CheckSpec], cap: int, ep
 
 def pass_scope(state: CaseEvidence, checks: Sequence[CheckResult], designed: set[str], epsilon: float) -> str:
     """What a pass does not claim: the checks not designed at the case's TV (no power claim at ``epsilon``), and the
-    checks that held the case to its cap because their evidence reached the cube root of the threshold."""
+    checks that held the case to its cap because their evidence reached the fourth root of the threshold."""
     text = ""
     held = state.holding() if state.pass_log_threshold is not None and state.pass_log else []
     if held:

@@ -317,7 +317,8 @@ def test_an_undesigned_check_rejects_while_the_designed_ones_have_not_all_passed
 
 # ------------------------------------------------------------------------------------ held by evidence
 
-LOG_T = math.log(1e6)  # ln T of a run of 100 checks at alpha = 1e-4; the hold level is a third of it, 4.61
+LOG_T = math.log(1e6)  # ln T of a run of 100 checks at alpha = 1e-4
+HOLD = LOG_T * early_pass.HOLD_FRACTION  # the hold level: a quarter of it, 3.45
 
 #: Synthetic batch-end paths of a case: per check (name, pass flags or None when not watched, ln E path), and the
 #: first batch end at which the case may stop early (None: it runs to its cap).
@@ -327,10 +328,10 @@ PATHS = [
         [("d0", [0, 1, 1, 1], [0.1, -0.5, 0.2, 0.0]), ("d1", [0, 0, 1, 1], [0.3, 0.0, -1.0, 0.4])],
         2,
     ),
-    ("an undesigned check below T^(1/3) does not hold", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 4.6, 4.0])], 2),
-    ("an undesigned check at T^(1/3) holds", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 4.62, 4.0])], None),
+    ("an undesigned check below T^(1/4) does not hold", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 3.45, 3.0])], 2),
+    ("an undesigned check at T^(1/4) holds", [("d0", [0, 0, 1, 1], [0.0] * 4), ("u0", None, [1.0, 3.0, 3.46, 3.0])], None),
     (
-        "an undesigned check past T^(1/3) before the pass holds to the cap",
+        "an undesigned check past T^(1/4) before the pass holds to the cap",
         [("d0", [0, 1, 1, 1], [0.0] * 4), ("u0", None, [7.0, 9.0, 10.6, 11.0])],
         None,
     ),
@@ -363,23 +364,23 @@ def _first_stop(checks: list[tuple[str, list[int] | None, list[float]]]) -> int 
 @pytest.mark.parametrize(("name", "checks", "stop"), PATHS, ids=[p[0] for p in PATHS])
 def test_the_stopping_rule_on_synthetic_paths(name: str, checks: list[tuple[str, list[int] | None, list[float]]], stop: int | None) -> None:
     """Stop at the first batch end where every watched check passed and no check's e-process has ever reached
-    T^(1/3)."""
+    T^(1/4)."""
     assert _first_stop(checks) == stop
 
 
-def test_the_hold_is_at_the_cube_root_of_the_threshold() -> None:
-    assert early_pass.holds_evidence(LOG_T / 3, LOG_T)
-    assert not early_pass.holds_evidence(LOG_T / 3 - 1e-9, LOG_T)
+def test_the_hold_is_at_the_fourth_root_of_the_threshold() -> None:
+    assert early_pass.holds_evidence(HOLD, LOG_T)
+    assert not early_pass.holds_evidence(HOLD - 1e-9, LOG_T)
     assert not early_pass.may_stop_early([], [], LOG_T)
-    assert early_pass.may_stop_early([True], [LOG_T / 3 - 1e-9], LOG_T)
+    assert early_pass.may_stop_early([True], [HOLD - 1e-9], LOG_T)
 
 
 def test_a_clean_check_rarely_holds() -> None:
-    """Under the null the e-process reaches T^(1/3) with probability at most T^(-1/3) (Ville): at T = 1e3 (hold at
+    """Under the null the e-process reaches T^(1/4) with probability at most T^(-1/4) (Ville): at T = 1e4 (hold at
     E >= 10), 400 null paths of 8 cells watched at 32 looks hold at most 0.1 of the time (with binomial slack)."""
     rng = np.random.default_rng(7)
     p0 = np.full(8, 1 / 8)
-    log_t = math.log(1e3)
+    log_t = math.log(1e4)
     held = 0
     for _ in range(400):
         counts = np.zeros(8, dtype=np.int64)
@@ -424,16 +425,16 @@ class _Phased(_LawExperiment):
 
 
 def test_a_pass_at_the_cap_names_the_check_that_held_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The undesigned check's e-process passed T^(1/3) during its bad phase, then fell back below it: the hold is
+    """The undesigned check's e-process passed T^(1/4) during its bad phase, then fell back below it: the hold is
     sticky, so the case runs to its cap, passes there and names the check; without the hold it passes early."""
     result = run_case(_case(_Phased(0.12, 480)), _Phased(0.12, 480), SuiteConfig(seed=0), 100)
     assert (result.verdict, result.early_pass, result.n_trials) == (Verdict.PASS, False, result.trial_cap)
     held = next(c for c in result.checks if c.name == "lossless/u0")
     assert held.log_e_value is not None
-    assert held.log_e_value >= LOG_T / 3
+    assert held.log_e_value >= HOLD
     assert held.stopped_log_e_value is not None
-    assert held.stopped_log_e_value < LOG_T / 3
-    assert f"; no early pass: lossless/u0 (log E {held.log_e_value:.1f}) reached the hold level log E 4.6" in result.reason
+    assert held.stopped_log_e_value < HOLD
+    assert f"; no early pass: lossless/u0 (log E {held.log_e_value:.1f}) reached the hold level log E 3.5" in result.reason
     assert result.reason.endswith("; not designed at TV 0.1 (no power claim): lossless/u0")
     monkeypatch.setattr(early_pass, "HOLD_FRACTION", math.inf)
     free = run_case(_case(_Phased(0.12, 480)), _Phased(0.12, 480), SuiteConfig(seed=0), 100)
