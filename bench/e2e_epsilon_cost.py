@@ -62,7 +62,9 @@ class NullPit:
 
 def null_trials(epsilon: float, *, horizon: int, tests: int, alpha: float, reps: int) -> tuple[NDArray[np.float64], int]:
     """Trials at which a clean case stopped in each of ``reps`` runs, and its cap."""
-    case = Case(id="e2e/null_pit", family="e2e", description="null PIT counts", epsilon=epsilon, make_experiment=lambda _d: NullPit(horizon))
+    case = Case(
+        id="e2e/null_pit", family="e2e", description="null PIT counts", epsilon=epsilon, make_experiment=lambda _d: NullPit(horizon)
+    )
     stops, cap = [], 0
     for rep in range(reps):
         result = run_case_once(case, NullPit(horizon), SuiteConfig(alpha=alpha, seed=rep), tests)
@@ -71,7 +73,6 @@ def null_trials(epsilon: float, *, horizon: int, tests: int, alpha: float, reps:
         stops.append(result.n_trials)
         cap = result.trial_cap
     return np.asarray(stops, dtype=np.float64), cap
-
 
 
 def e2e_sampling(case: dict[str, object]) -> bool:
@@ -111,10 +112,15 @@ def main() -> None:
     per_trial = {str(c["case_id"]): float(c["duration_s"]) / int(c["n_trials"]) for c in e2e}
     rest = [(group(str(c["case_id"])), float(c["duration_s"])) for c in cases if not e2e_sampling(c)]
     measured = wall([(group(str(c["case_id"])), float(c["duration_s"])) for c in cases], args.jobs)
-    print(f"{args.run}: {len(cases)} cases, {len(e2e)} clean e2e sampling cases ({sum(float(c['duration_s']) for c in e2e):.0f} CPU-s), "
-          f"the rest {sum(s for _, s in rest):.0f} CPU-s; run {float(run['duration_s']):.0f} s, scheduled {measured:.0f} s "
-          f"(m = {run['tests']}, alpha = {run['alpha']})")
-    print(f"{'epsilon':>8} {'cap':>6} {'stop: mean':>10} {'sd':>6} {'q10':>6} {'q90':>6} {'e2e CPU-s':>10} {'wall s':>7} {'x faster for 600 s':>19}")
+    print(
+        f"{args.run}: {len(cases)} cases, {len(e2e)} clean e2e sampling cases ({sum(float(c['duration_s']) for c in e2e):.0f} CPU-s), "
+        f"the rest {sum(s for _, s in rest):.0f} CPU-s; run {float(run['duration_s']):.0f} s, scheduled {measured:.0f} s "
+        f"(m = {run['tests']}, alpha = {run['alpha']})"
+    )
+    print(
+        f"{'epsilon':>8} {'cap':>6} {'stop: mean':>10} {'sd':>6} {'q10':>6} {'q90':>6} {'e2e CPU-s':>10} {'wall s':>7} "
+        f"{'x faster for 600 s':>19}"
+    )
     for epsilon in args.epsilon:
         started = time.perf_counter()
         stops, cap = null_trials(epsilon, horizon=args.horizon, tests=int(run["tests"]), alpha=float(run["alpha"]), reps=args.reps)
