@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from specwatch.cases import Case
 from specwatch.conditional import PIT_BINS, TokenOrder, pit_null
 from specwatch.experiments import CheckSpec, Observation
+from specwatch.parallel import longest_first
 from specwatch.protocol import Layer, Verdict
 from specwatch.runner import SuiteConfig, run_case_once
 
@@ -81,21 +82,18 @@ def e2e_sampling(case: dict[str, object]) -> bool:
     return case_id.startswith("e2e/") and not case_id.startswith("e2e/greedy/") and case["verdict"] == "pass"
 
 
-def wall(durations: Sequence[tuple[int, float]], jobs: int) -> float:
-    """List scheduling in the runner's order: ``durations`` as (group, seconds), each case to the first free process."""
+def runner_order(cases: Sequence[dict[str, object]]) -> list[str]:
+    """The run's case ids in the order the runner starts them (``parallel.longest_first``)."""
+    items = [(i, Case(id=str(c["case_id"]), family=str(c["family"]), description="", epsilon=0.0)) for i, c in enumerate(cases)]
+    return [case.id for _, case in longest_first(items)]
+
+
+def wall(seconds: Sequence[float], jobs: int) -> float:
+    """List scheduling of cases taking ``seconds``, in that order, each to the first free of ``jobs`` processes."""
     free = [0.0] * jobs
-    for _group, seconds in sorted(durations, key=lambda item: item[0]):
-        heapq.heappush(free, heapq.heappop(free) + seconds)
+    for s in seconds:
+        heapq.heappush(free, heapq.heappop(free) + s)
     return max(free)
-
-
-def group(case_id: str) -> int:
-    """``parallel.longest_first``'s groups, from the id alone."""
-    if "/V50257/" in case_id:
-        return 0
-    if not case_id.startswith("e2e/"):
-        return 3
-    return 2 if case_id.startswith("e2e/greedy/") else 1
 
 
 def main() -> None:
@@ -108,13 +106,13 @@ def main() -> None:
     args = parser.parse_args()
     run = json.loads(args.run.read_text())
     cases = run["results"]
-    e2e = [c for c in cases if e2e_sampling(c)]
-    per_trial = {str(c["case_id"]): float(c["duration_s"]) / int(c["n_trials"]) for c in e2e}
-    rest = [(group(str(c["case_id"])), float(c["duration_s"])) for c in cases if not e2e_sampling(c)]
-    measured = wall([(group(str(c["case_id"])), float(c["duration_s"])) for c in cases], args.jobs)
+    order = runner_order(cases)
+    measured = {str(c["case_id"]): float(c["duration_s"]) for c in cases}
+    per_trial = {str(c["case_id"]): float(c["duration_s"]) / int(c["n_trials"]) for c in cases if e2e_sampling(c)}
+    e2e_s, rest_s = sum(measured[i] for i in per_trial), sum(s for i, s in measured.items() if i not in per_trial)
     print(
-        f"{args.run}: {len(cases)} cases, {len(e2e)} clean e2e sampling cases ({sum(float(c['duration_s']) for c in e2e):.0f} CPU-s), "
-        f"the rest {sum(s for _, s in rest):.0f} CPU-s; run {float(run['duration_s']):.0f} s, scheduled {measured:.0f} s "
+        f"{args.run}: {len(cases)} cases, {len(per_trial)} clean e2e sampling cases ({e2e_s:.0f} CPU-s), the rest {rest_s:.0f} "
+        f"CPU-s; run {float(run['duration_s']):.0f} s, scheduled {wall([measured[i] for i in order], args.jobs):.0f} s "
         f"(m = {run['tests']}, alpha = {run['alpha']})"
     )
     print(
@@ -125,22 +123,23 @@ def main() -> None:
         started = time.perf_counter()
         stops, cap = null_trials(epsilon, horizon=args.horizon, tests=int(run["tests"]), alpha=float(run["alpha"]), reps=args.reps)
         mean = float(stops.mean())
-        predicted = [(1, per_trial[i] * mean) for i in per_trial]
-        e2e_s = sum(s for _, s in predicted)
-        predicted_wall = wall(predicted + rest, args.jobs)
+
+        def predicted_wall(speedup: float, mean: float = mean) -> float:
+            """The run's wall time with every e2e trial ``speedup`` x cheaper and each e2e case stopping at ``mean``."""
+            return wall([per_trial[i] * mean / speedup if i in per_trial else measured[i] for i in order], args.jobs)
+
         # The factor by which a trial of every e2e case would have to get cheaper for the run to end within TARGET_S.
-        lo, hi = 1.0, 64.0
-        if wall([(g, s / lo) for g, s in predicted] + rest, args.jobs) <= TARGET_S:
-            needed = "-"
-        else:
+        needed = "-"
+        if predicted_wall(1.0) > TARGET_S:
+            lo, hi = 1.0, 64.0
             for _ in range(40):
                 mid = (lo + hi) / 2
-                lo, hi = (lo, mid) if wall([(g, s / mid) for g, s in predicted] + rest, args.jobs) <= TARGET_S else (mid, hi)
+                lo, hi = (lo, mid) if predicted_wall(mid) <= TARGET_S else (mid, hi)
             needed = f"{hi:.2f}"
         q10, q90 = np.quantile(stops, [0.1, 0.9])
         print(
-            f"{epsilon:>8} {cap:>6} {mean:>10.0f} {stops.std(ddof=1):>6.0f} {q10:>6.0f} {q90:>6.0f} {e2e_s:>10.0f} {predicted_wall:>7.0f} "
-            f"{needed:>19}   ({time.perf_counter() - started:.0f} s)",
+            f"{epsilon:>8} {cap:>6} {mean:>10.0f} {stops.std(ddof=1):>6.0f} {q10:>6.0f} {q90:>6.0f} "
+            f"{sum(per_trial.values()) * mean:>10.0f} {predicted_wall(1.0):>7.0f} {needed:>19}   ({time.perf_counter() - started:.0f} s)",
             flush=True,
         )
 
